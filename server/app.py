@@ -1,0 +1,373 @@
+"""The HTTP and WebSocket API of PROTOCOL.md, and the static assets, as one Quart app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+from quart import Quart, Response, request, send_from_directory, websocket
+from werkzeug.exceptions import HTTPException
+
+from server import auth
+from server.assets import Assets, content_type
+from server.config import Settings
+from server.live import Hub
+from server.store import CursorExpired, EventStore, InvalidPage, Rejected, SessionInfo, UsernameTaken
+from server.sqlite_store import SqliteStore
+from shared.models import (
+    CaughtUpFrame,
+    Credentials,
+    DomainEvent,
+    EventFrame,
+    PingFrame,
+    Session,
+    StateResponse,
+    SubmitResponse,
+    UpdatesResponse,
+)
+
+SESSION_COOKIE = "chat_session"
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    410: "cursor_expired",
+    413: "payload_too_large",
+    422: "invalid_event",
+    429: "rate_limited",
+}
+DEFAULT_LIMIT, MAX_LIMIT = 500, 1000
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def response(self) -> Response:
+        body = {"error": self.code, "message": self.message, **self.extra}
+        return Response(json.dumps(body), status=self.status, content_type="application/json")
+
+
+def open_store(url: str, clock: Callable[[], datetime]) -> EventStore:
+    if url.startswith("sqlite:///"):
+        return SqliteStore(url.removeprefix("sqlite:///"), clock)
+    raise SystemExit(f"unsupported database URL {url!r}: use sqlite:///path")
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        parts.append(f"{where}: {item['msg']}" if where else str(item["msg"]))
+    return "; ".join(parts)
+
+
+def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Quart:
+    app = Quart(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    store = open_store(settings.database_url, clock)
+    hub = Hub()
+    assets = Assets.load(settings.static_dir)
+    app.extensions["store"] = store
+    app.extensions["hub"] = hub
+
+    @app.before_serving
+    async def _open() -> None:
+        await store.open()
+
+    @app.after_serving
+    async def _close() -> None:
+        await store.close()
+
+    # --- errors: every one is JSON ---------------------------------------------------------------
+
+    @app.errorhandler(ApiError)
+    async def _api_error(error: ApiError) -> Response:
+        return error.response()
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        code = HTTP_CODES.get(status, "error")
+        return ApiError(status, code, error.description or code).response()
+
+    @app.errorhandler(CursorExpired)
+    async def _cursor_expired(error: CursorExpired) -> Response:
+        return ApiError(
+            410,
+            "cursor_expired",
+            "This cursor is older than the log: fetch /sync/state and start again from its upToSeq.",
+            minAvailableSeq=error.min_available_seq,
+            currentSeq=error.current_seq,
+        ).response()
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    async def json_body() -> Any:
+        raw = await request.get_data()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "bad_request", "The body is not valid JSON.") from None
+
+    def int_arg(args: Any, name: str, default: int | None, low: int = 0, high: int | None = None) -> int | None:
+        raw = args.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, "bad_request", f"{name} must be an integer.") from None
+        if value < low or (high is not None and value > high):
+            limits = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ApiError(400, "bad_request", f"{name} must be {limits}.")
+        return value
+
+    async def session_of(headers: Any, cookies: Any) -> SessionInfo | None:
+        header = headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
+        token = token or cookies.get(SESSION_COOKIE)
+        if not token:
+            return None
+        return await store.find_session(auth.token_hash(token))
+
+    async def require_session() -> SessionInfo:
+        session = await session_of(request.headers, request.cookies)
+        if session is None:
+            raise ApiError(401, "unauthorized", "Sign in first: no valid session token or cookie.")
+        return session
+
+    def session_response(session: Session, status: int) -> Response:
+        response = Response(json.dumps(session.wire()), status=status, content_type="application/json")
+        response.set_cookie(
+            SESSION_COOKIE, session.token, httponly=True, samesite="Strict", max_age=400 * 86400
+        )
+        return response
+
+    async def start_session(account_id: str, device_name: str | None) -> Session:
+        token = auth.new_token()
+        device_id = str(uuid.uuid4())
+        await store.create_session(auth.token_hash(token), account_id, device_id, device_name or "device")
+        return Session(user_id=account_id, device_id=device_id, token=token)
+
+    async def credentials() -> Credentials:
+        try:
+            return Credentials.model_validate(await json_body())
+        except ValidationError as e:
+            raise ApiError(400, "bad_request", describe(e)) from None
+
+    # --- accounts ------------------------------------------------------------------------------
+
+    @app.post("/auth/signup")
+    async def signup() -> Response:
+        creds = await credentials()
+        account_id = str(uuid.uuid4())
+        password_hash = await asyncio.to_thread(auth.hash_password, creds.password)
+        try:
+            await store.create_account(account_id, creds.username, password_hash)
+        except UsernameTaken:
+            raise ApiError(409, "username_taken", "This username is taken: choose another.") from None
+        return session_response(await start_session(account_id, creds.device_name), 201)
+
+    @app.post("/auth/login")
+    async def login() -> Response:
+        creds = await credentials()
+        account = await store.find_account(creds.username)
+        ok = account is not None and await asyncio.to_thread(
+            auth.verify_password, creds.password, account.password_hash
+        )
+        if not ok or account is None:
+            raise ApiError(401, "unauthorized", "Wrong username or password.")
+        return session_response(await start_session(account.id, creds.device_name), 200)
+
+    @app.post("/auth/logout")
+    async def logout() -> Response:
+        header = request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip() or request.cookies.get(SESSION_COOKIE)
+        if token:
+            await store.delete_session(auth.token_hash(token))
+        response = Response(status=204)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    # --- sync ----------------------------------------------------------------------------------
+
+    @app.post("/sync/events")
+    async def post_events() -> Response:
+        session = await require_session()
+        body = await json_body()
+        raw_events = body.get("events") if isinstance(body, dict) else None
+        if not isinstance(raw_events, list):
+            raise ApiError(422, "invalid_event", "The body must be {\"events\": [DomainEvent, ...]}.")
+        if len(raw_events) > settings.max_batch_events:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"At most {settings.max_batch_events} events per request: split the batch.",
+            )
+        batch: list[DomainEvent | Rejected] = []
+        for index, raw in enumerate(raw_events):
+            event_id = raw.get("eventId") if isinstance(raw, dict) else None
+            try:
+                batch.append(DomainEvent.model_validate(raw))
+                continue
+            except ValidationError as e:
+                error = describe(e)
+            try:
+                event_id = str(uuid.UUID(str(event_id)))
+            except ValueError:
+                raise ApiError(
+                    422, "invalid_event", f"events[{index}] has no valid eventId: {error}", index=index
+                ) from None
+            batch.append(Rejected(event_id, error))
+        results, current = await store.append(session.account_id, session.device_id, batch)
+        if any(r.status == "accepted" for r in results):
+            hub.notify(session.account_id)
+        return json_response(SubmitResponse(results=results, current_seq=current).wire())
+
+    @app.get("/sync/updates")
+    async def get_updates() -> Response:
+        session = await require_session()
+        after = int_arg(request.args, "afterSeq", 0)
+        limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        assert after is not None and limit is not None
+        updates = await store.read_updates(session.account_id, after, limit)
+        return json_response(
+            UpdatesResponse(
+                events=updates.events, has_more=updates.has_more, current_seq=updates.current_seq
+            ).wire()
+        )
+
+    @app.get("/sync/state")
+    async def get_state() -> Response:
+        session = await require_session()
+        up_to = int_arg(request.args, "upToSeq", None)
+        limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        assert limit is not None
+        chat_id = request.args.get("chatId")
+        if chat_id is not None:
+            try:
+                chat_id = str(uuid.UUID(chat_id))
+            except ValueError:
+                raise ApiError(400, "bad_request", "chatId must be a UUID.") from None
+        try:
+            page = await store.read_state(
+                session.account_id, up_to, chat_id, limit, request.args.get("page")
+            )
+        except InvalidPage as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+        return json_response(
+            StateResponse(
+                snapshot=page.snapshot,
+                up_to_seq=page.up_to_seq,
+                current_seq=page.current_seq,
+                next_page=page.next_page,
+            ).wire()
+        )
+
+    @app.websocket("/sync/live")
+    async def live() -> None:
+        session = await session_of(websocket.headers, websocket.cookies)
+        await websocket.accept()
+        if session is None:
+            await websocket.close(4401, "unauthorized")
+            return
+        if "Authorization" not in websocket.headers and not same_origin(
+            websocket.headers.get("Origin"), websocket.headers.get("Host")
+        ):
+            await websocket.close(4403, "forbidden")
+            return
+        try:
+            cursor = int(websocket.args.get("afterSeq", "0"))
+            if cursor < 0:
+                raise ValueError
+        except ValueError:
+            await websocket.close(4400, "bad_request")
+            return
+        account = session.account_id
+        wake = hub.subscribe(account)  # before the backlog read, so no commit slips between
+        try:
+            caught_up = False
+            while True:
+                wake.clear()
+                try:
+                    updates = await store.read_updates(account, cursor, DEFAULT_LIMIT)
+                except CursorExpired:
+                    await websocket.close(4410, "cursor_expired")
+                    return
+                for event in updates.events:
+                    await websocket.send(json.dumps(EventFrame(event=event).wire()))
+                if updates.has_more:
+                    cursor = updates.events[-1].seq
+                    continue
+                cursor = max(cursor, updates.current_seq)
+                if not caught_up:
+                    caught_up = True
+                    await websocket.send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), settings.ping_seconds)
+                    continue
+                await websocket.send(json.dumps(PingFrame().wire()))
+        finally:
+            hub.unsubscribe(account, wake)
+
+    # --- operations and static assets ----------------------------------------------------------
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return json_response({"status": "ok"})
+
+    @app.get("/")
+    async def index() -> Response:
+        return await static_file("index.html")
+
+    @app.get("/sw.js")
+    async def service_worker() -> Response:
+        response = Response(assets.service_worker(), content_type="text/javascript")
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+    @app.get("/py/app.zip")
+    async def python_bundle() -> Response:
+        response = Response(assets.bundle, content_type="application/zip")
+        response.headers["Cache-Control"] = "no-cache"
+        response.set_etag(assets.bundle_etag)
+        return await response.make_conditional(request)
+
+    @app.get("/static/<path:path>")
+    async def static_file(path: str) -> Response:
+        response = await send_from_directory(settings.static_dir, path, mimetype=content_type(path))
+        # Wheels carry their version in their name; everything else is revalidated (a 304 keeps
+        # the browser's compiled-wasm cache, which is keyed to the original 200).
+        immutable = path.startswith("vendor/wheels/")
+        response.headers["Cache-Control"] = (
+            "public, max-age=31536000, immutable" if immutable else "no-cache"
+        )
+        return response
+
+    return app
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body), status=status, content_type="application/json")
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    if not origin or not host:
+        return False
+    return urlsplit(origin).netloc == host

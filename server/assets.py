@@ -1,0 +1,92 @@
+"""What the browser loads from our own origin: the shell, Pyodide, wheels, and our Python as a zip.
+
+The service worker's precache list and cache version are derived here from the files themselves,
+so any change to what the browser runs installs a new service worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.config import ROOT
+
+PYTHON_PACKAGES = ("shared", "webapp")
+
+CONTENT_TYPES = {
+    ".wasm": "application/wasm",
+    ".mjs": "text/javascript",
+    ".js": "text/javascript",
+    ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".zip": "application/zip",
+    ".whl": "application/zip",
+}
+
+# Files the shell needs, beside the vendored Pyodide core, wheels and lock file.
+SHELL = ("index.html", "app.js", "app.css", "manifest.webmanifest", "icon.svg")
+PYODIDE_CORE = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
+
+
+def content_type(path: str) -> str:
+    return CONTENT_TYPES.get(Path(path).suffix, "application/octet-stream")
+
+
+def python_bundle(root: Path = ROOT) -> bytes:
+    """A zip of the ``shared`` and ``webapp`` packages, unpacked by the bootstrap into Pyodide."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for package in PYTHON_PACKAGES:
+            for path in sorted((root / package).rglob("*.py")):
+                info = zipfile.ZipInfo(str(path.relative_to(root)), date_time=(2020, 1, 1, 0, 0, 0))
+                bundle.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Assets:
+    static_dir: Path
+    bundle: bytes
+    bundle_etag: str
+    precache: tuple[str, ...]
+    version: str
+
+    @classmethod
+    def load(cls, static_dir: Path) -> Assets:
+        vendor = static_dir / "vendor"
+        lock_path = vendor / "app-lock.json"
+        if not lock_path.exists():
+            raise SystemExit(
+                f"{lock_path} is missing: run scripts/setup to fetch Pyodide and the browser wheels"
+            )
+        lock = json.loads(lock_path.read_text())
+        wheels = [f"vendor/{p['file_name']}" for p in lock["packages"].values()]
+        files = [*SHELL, *(f"vendor/pyodide/{f}" for f in PYODIDE_CORE), "vendor/app-lock.json", *wheels]
+        bundle = python_bundle()
+        digest = hashlib.sha256(bundle)
+        for name in files:
+            digest.update(name.encode())
+            digest.update(hashlib.sha256((static_dir / name).read_bytes()).digest())
+        version = digest.hexdigest()[:16]
+        urls = ["/", *(f"/static/{f}" for f in files if f != "index.html"), "/py/app.zip"]
+        return cls(
+            static_dir=static_dir,
+            bundle=bundle,
+            bundle_etag=hashlib.sha256(bundle).hexdigest()[:32],
+            precache=tuple(urls),
+            version=version,
+        )
+
+    def service_worker(self) -> str:
+        template = (self.static_dir / "sw.js").read_text()
+        return template.replace("__VERSION__", self.version).replace(
+            "__PRECACHE__", json.dumps(list(self.precache))
+        )

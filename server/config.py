@@ -1,0 +1,50 @@
+"""Settings: each one a command-line flag and a CHAT_* environment variable (flags win)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    database_url: str = "sqlite:///./data/chat.db"
+    max_body_bytes: int = 1_000_000
+    max_batch_events: int = 500
+    ping_seconds: float = 25.0
+    static_dir: Path = ROOT / "static"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        env = dict(os.environ) if env is None else env
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"CHAT_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _convert(f.name, raw, type(getattr(cls, f.name)))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _convert(name: str, raw: str, kind: type) -> object:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise SystemExit(f"CHAT_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in fields(Settings):
+        default = getattr(Settings, f.name)
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=type(default),
+            default=None,
+            help=f"(env CHAT_{f.name.upper()}, default {default})",
+        )

@@ -1,0 +1,54 @@
+"""The server schema, as named, ordered migrations for both dialects.
+
+A store applies, at start-up and in order, every migration not yet recorded in its
+``schema_migrations`` table, each in its own transaction. Never edit a released migration: add one.
+The state tables' columns come from ``shared.schema``, the same definition the browser uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.schema import CHATS, MESSAGES, Dialect, Sql
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    statements: Callable[[Dialect], list[str]]
+
+
+def _initial(dialect: Dialect) -> list[str]:
+    big = "BIGINT" if dialect == "postgres" else "INTEGER"
+    sql = Sql(dialect, scoped=True)
+    return [
+        # Accounts, devices and sessions (tokens are stored only as hashes).
+        """CREATE TABLE accounts (
+            id TEXT PRIMARY KEY, username TEXT NOT NULL UNIQUE,
+            password_hash TEXT NOT NULL, created_at TEXT NOT NULL)""",
+        f"""CREATE TABLE devices (
+            account_id TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL,
+            created_at TEXT NOT NULL, last_seen_at TEXT NOT NULL, last_ack_seq {big} NOT NULL DEFAULT 0,
+            PRIMARY KEY (account_id, id))""",
+        """CREATE TABLE sessions (
+            token_hash TEXT PRIMARY KEY, account_id TEXT NOT NULL, device_id TEXT NOT NULL,
+            created_at TEXT NOT NULL)""",
+        # The log head per account: the next seq is head_seq + 1 (gapless, see server/store.py).
+        f"""CREATE TABLE logs (
+            account_id TEXT PRIMARY KEY, head_seq {big} NOT NULL DEFAULT 0,
+            min_available_seq {big} NOT NULL DEFAULT 1, compacted_at TEXT)""",
+        f"""CREATE TABLE events (
+            account_id TEXT NOT NULL, seq {big} NOT NULL, event_id TEXT NOT NULL, type TEXT NOT NULL,
+            payload TEXT NOT NULL, created_at TEXT NOT NULL, origin TEXT NOT NULL,
+            PRIMARY KEY (account_id, seq))""",
+        # Idempotency records: kept for ever, also after compaction removed the event.
+        f"""CREATE TABLE event_ids (
+            account_id TEXT NOT NULL, event_id TEXT NOT NULL, seq {big} NOT NULL,
+            PRIMARY KEY (account_id, event_id))""",
+        *sql.create(CHATS),
+        *sql.create(MESSAGES),
+    ]
+
+
+MIGRATIONS: list[Migration] = [Migration("0001_initial", _initial)]

@@ -1,0 +1,168 @@
+"""The event store contract, shared by every backend (``server/sqlite_store.py``, ...).
+
+Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
+
+* Each account has its own log. ``seq`` is per account, gapless and strictly increasing, and
+  commit order equals seq order: the log head is a row in ``logs`` that every append updates in
+  its transaction, so a rolled-back append leaves no hole and appends of one account serialize.
+* ``append`` handles one batch in one transaction. Each event is checked for a duplicate eventId
+  (answered ``duplicate`` with its original seq), validated against the state as it stands after
+  the earlier events of the batch, then logged and applied with the ``shared`` reducer. A rejected
+  event leaves no trace; it does not stop the others.
+* Every state row carries ``last_seq``; the rows with ``last_seq <= N`` plus the events after N
+  are exactly the current state.
+* eventIds are remembered for ever (they outlive compaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.models import (
+    Chat,
+    DomainEvent,
+    EventResult,
+    EventType,
+    LoggedEvent,
+    Message,
+    MessageRef,
+    RunCancel,
+    RunRequest,
+    Snapshot,
+)
+
+
+class StoreError(Exception):
+    """Base of the store's own errors."""
+
+
+class CursorExpired(StoreError):
+    """The events after the asked cursor have been compacted away: the client must resync."""
+
+    def __init__(self, min_available_seq: int, current_seq: int) -> None:
+        super().__init__(f"events before seq {min_available_seq} are no longer available")
+        self.min_available_seq = min_available_seq
+        self.current_seq = current_seq
+
+
+class UsernameTaken(StoreError):
+    pass
+
+
+class InvalidPage(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An event that failed schema validation before reaching the store (its eventId is known)."""
+
+    event_id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Updates:
+    events: list[LoggedEvent]
+    has_more: bool
+    current_seq: int
+
+
+@dataclass(frozen=True)
+class StatePage:
+    snapshot: Snapshot
+    up_to_seq: int
+    current_seq: int
+    next_page: str | None
+
+
+@dataclass(frozen=True)
+class Account:
+    id: str
+    username: str
+    password_hash: str
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    account_id: str
+    device_id: str
+
+
+class EventStore(Protocol):
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None:
+        """Release connections; safe to call twice."""
+
+    async def append(
+        self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
+    ) -> tuple[list[EventResult], int]:
+        """Log and apply a batch (see the module docstring); returns the results and current seq."""
+
+    async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
+        """Events with seq > after_seq in seq order; raises CursorExpired below the horizon."""
+
+    async def read_state(
+        self,
+        account_id: str,
+        up_to_seq: int | None,
+        chat_id: str | None,
+        limit: int,
+        page: str | None,
+    ) -> StatePage:
+        """Rows with last_seq <= up_to_seq (default: now), paged; CursorExpired below the horizon."""
+
+    async def current_seq(self, account_id: str) -> int: ...
+
+    async def create_account(self, account_id: str, username: str, password_hash: str) -> None:
+        """Raises UsernameTaken."""
+
+    async def find_account(self, username: str) -> Account | None: ...
+
+    async def create_session(
+        self, token_hash: str, account_id: str, device_id: str, device_name: str
+    ) -> None: ...
+
+    async def find_session(self, token_hash: str) -> SessionInfo | None: ...
+
+    async def delete_session(self, token_hash: str) -> None: ...
+
+
+class StateReader(Protocol):
+    """What validation needs to know about the current state, inside the append transaction."""
+
+    async def chat_exists(self, chat_id: str) -> bool: ...
+
+    async def message_chat(self, message_id: str) -> str | None:
+        """The chat of an existing message, or None when there is no such message."""
+
+
+async def validation_error(event: DomainEvent, state: StateReader) -> str | None:
+    """Why ``event`` cannot be applied to the current state, or None when it can."""
+    payload = event.payload
+    kind = event.type
+    if kind is EventType.CHAT_CREATED:
+        assert isinstance(payload, Chat)
+        return "this chat already exists" if await state.chat_exists(payload.id) else None
+    if kind in (EventType.CHAT_UPDATED, EventType.CHAT_DELETED):
+        return None if await state.chat_exists(payload.id) else "unknown chat"
+    if isinstance(payload, (Message, MessageRef, RunRequest)):
+        if not await state.chat_exists(payload.chat_id):
+            return "unknown chat"
+    if isinstance(payload, RunRequest):
+        exists = await state.message_chat(payload.message_id) is not None
+        return "this message already exists" if exists else None
+    if isinstance(payload, RunCancel):
+        return None if await state.message_chat(payload.message_id) else "unknown message"
+    assert isinstance(payload, (Message, MessageRef))
+    chat_of_message = await state.message_chat(payload.id)
+    if kind is EventType.MESSAGE_APPENDED:
+        return "this message already exists" if chat_of_message is not None else None
+    if kind in (EventType.MESSAGE_EDITED, EventType.MESSAGE_DELETED) and chat_of_message is None:
+        return "unknown message"
+    if chat_of_message is not None and chat_of_message != payload.chat_id:
+        return "a message cannot move to another chat"
+    return None

@@ -1,0 +1,266 @@
+"""The wire contract of PROTOCOL.md as pydantic models: camelCase on the wire, snake_case in Python."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339, UTC, milliseconds: ``2026-11-30T12:00:00.123Z``."""
+    if moment.tzinfo is None:
+        raise ValueError("a time must carry a timezone")
+    utc = moment.astimezone(timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def _normalize_time(value: str) -> str:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be an RFC 3339 time such as 2026-11-30T12:00:00.123Z") from None
+    if moment.tzinfo is None:
+        raise ValueError("must carry a timezone (for example a trailing Z)")
+    return format_time(moment)
+
+
+def _normalize_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise ValueError("must be a UUID string") from None
+
+
+Id = Annotated[str, AfterValidator(_normalize_id)]
+Timestamp = Annotated[str, AfterValidator(_normalize_time)]
+
+
+class Wire(BaseModel):
+    """Base of every wire shape: camelCase aliases, snake_case attributes, unknown fields ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON-ready dict, camelCase."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# --- Entities (materialized state) -------------------------------------------------------------
+
+Role = Literal["user", "assistant", "tool_call", "tool_result", "error"]
+Status = Literal["completed", "queued", "streaming", "failed_upstream", "cancelled"]
+
+
+class Chat(Wire):
+    id: Id
+    title: str = Field(max_length=500)
+    created_at: Timestamp
+    updated_at: Timestamp | None = None  # filled by the server
+    last_seq: int | None = None  # filled by the server
+
+
+class Message(Wire):
+    id: Id
+    chat_id: Id
+    role: Role
+    content: str
+    parent_id: Id | None = None
+    status: Status = "completed"
+    assistant_id: str | None = None
+    run_id: Id | None = None
+    created_at: Timestamp
+    updated_at: Timestamp | None = None  # filled by the server
+    last_seq: int | None = None  # filled by the server
+
+
+# --- Event payloads that are not whole entities ------------------------------------------------
+
+
+class ChatRef(Wire):
+    id: Id
+
+
+class MessageRef(Wire):
+    id: Id
+    chat_id: Id
+
+
+class RunRequest(Wire):
+    run_id: Id
+    chat_id: Id
+    parent_id: Id | None = None
+    message_id: Id
+    assistant_id: str = Field(min_length=1, max_length=200)
+
+
+class RunCancel(Wire):
+    run_id: Id
+    message_id: Id
+
+
+class EventType(StrEnum):
+    CHAT_CREATED = "ChatCreated"
+    CHAT_UPDATED = "ChatUpdated"
+    CHAT_DELETED = "ChatDeleted"
+    MESSAGE_APPENDED = "MessageAppended"
+    MESSAGE_EDITED = "MessageEdited"
+    MESSAGE_DELETED = "MessageDeleted"
+    TOOL_CALL_REQUESTED = "ToolCallRequested"
+    TOOL_CALL_SUCCEEDED = "ToolCallSucceeded"
+    TOOL_CALL_FAILED = "ToolCallFailed"
+    ASSISTANT_RUN_REQUESTED = "AssistantRunRequested"
+    ASSISTANT_RUN_CANCELLED = "AssistantRunCancelled"
+
+
+PAYLOAD_MODELS: dict[EventType, type[Wire]] = {
+    EventType.CHAT_CREATED: Chat,
+    EventType.CHAT_UPDATED: Chat,
+    EventType.CHAT_DELETED: ChatRef,
+    EventType.MESSAGE_APPENDED: Message,
+    EventType.MESSAGE_EDITED: Message,
+    EventType.MESSAGE_DELETED: MessageRef,
+    EventType.TOOL_CALL_REQUESTED: Message,
+    EventType.TOOL_CALL_SUCCEEDED: Message,
+    EventType.TOOL_CALL_FAILED: Message,
+    EventType.ASSISTANT_RUN_REQUESTED: RunRequest,
+    EventType.ASSISTANT_RUN_CANCELLED: RunCancel,
+}
+
+# The role a tool event's message must have; other message events may carry any role.
+REQUIRED_ROLE: dict[EventType, Role] = {
+    EventType.TOOL_CALL_REQUESTED: "tool_call",
+    EventType.TOOL_CALL_SUCCEEDED: "tool_result",
+    EventType.TOOL_CALL_FAILED: "error",
+}
+
+Payload = Union[Chat, Message, ChatRef, MessageRef, RunRequest, RunCancel]
+
+
+class DomainEvent(Wire):
+    """What a client submits. ``payload`` is parsed into the model its ``type`` names."""
+
+    event_id: Id
+    type: EventType
+    payload: Payload
+    created_at: Timestamp
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_payload(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        kind = data.get("type")
+        payload = data.get("payload")
+        if kind in PAYLOAD_MODELS.keys() and isinstance(payload, dict):
+            model = PAYLOAD_MODELS[EventType(kind)]
+            data = {**data, "payload": model.model_validate(payload)}
+        return data
+
+    @model_validator(mode="after")
+    def _check_role(self) -> DomainEvent:
+        role = REQUIRED_ROLE.get(self.type)
+        if role is not None and isinstance(self.payload, Message) and self.payload.role != role:
+            raise ValueError(f"a {self.type} event carries a message with role {role!r}")
+        return self
+
+    def entity_id(self) -> str:
+        """The id of the row this event changes (the message for run events)."""
+        payload = self.payload
+        if isinstance(payload, (RunRequest, RunCancel)):
+            return payload.message_id
+        return payload.id
+
+
+class LoggedEvent(DomainEvent):
+    """What the log holds: a DomainEvent with its seq, the server's time and the submitting device."""
+
+    seq: int = Field(ge=1)
+    origin: str
+
+
+# --- Requests and responses ---------------------------------------------------------------------
+
+
+class SubmitRequest(Wire):
+    events: list[dict[str, Any]]  # each one is validated on its own, so a bad one is rejected alone
+
+
+class EventResult(Wire):
+    event_id: str
+    status: Literal["accepted", "duplicate", "rejected"]
+    seq: int | None = None
+    error: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class SubmitResponse(Wire):
+    results: list[EventResult]
+    current_seq: int
+
+    def wire(self) -> dict[str, Any]:
+        return {"results": [r.wire() for r in self.results], "currentSeq": self.current_seq}
+
+
+class UpdatesResponse(Wire):
+    events: list[LoggedEvent]
+    has_more: bool
+    current_seq: int
+
+
+class Snapshot(Wire):
+    chats: list[Chat]
+    messages: list[Message]
+
+
+class StateResponse(Wire):
+    snapshot: Snapshot
+    up_to_seq: int
+    current_seq: int
+    next_page: str | None = None
+
+
+class Credentials(Wire):
+    username: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    password: str = Field(min_length=8, max_length=1024)
+    device_name: str | None = Field(default=None, max_length=200)
+
+
+class Session(Wire):
+    user_id: str
+    device_id: str
+    token: str
+
+
+# --- Live socket frames ----------------------------------------------------------------------
+
+
+class EventFrame(Wire):
+    type: Literal["event"] = "event"
+    event: LoggedEvent
+
+
+class CaughtUpFrame(Wire):
+    type: Literal["caughtUp"] = "caughtUp"
+    seq: int
+
+
+class DeltaFrame(Wire):
+    type: Literal["delta"] = "delta"
+    message_id: str
+    run_id: str
+    offset: int
+    text: str
+
+
+class PingFrame(Wire):
+    type: Literal["ping"] = "ping"
+
+
+Frame = Annotated[Union[EventFrame, CaughtUpFrame, DeltaFrame, PingFrame], Field(discriminator="type")]

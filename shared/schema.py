@@ -1,0 +1,145 @@
+"""The state tables, defined once and rendered to SQLite and PostgreSQL, and the SQL of mutations.
+
+The server's tables lead with ``account_id`` (every key and index starts with it, so the data can
+shard by account); the browser's local copy holds one account and has no such column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shared.reducer import Delete, DeleteChildren, Mutation, Patch, Upsert
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: Literal["text", "integer"]
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    indexes: tuple[tuple[str, ...], ...] = ()  # besides the primary key (id)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+CHATS = Table(
+    "chats",
+    (
+        Column("id", "text"),
+        Column("title", "text"),
+        Column("created_at", "text"),
+        Column("updated_at", "text"),
+        Column("last_seq", "integer"),
+    ),
+    indexes=(("last_seq",),),
+)
+
+MESSAGES = Table(
+    "messages",
+    (
+        Column("id", "text"),
+        Column("chat_id", "text"),
+        Column("role", "text"),
+        Column("content", "text"),
+        Column("parent_id", "text", nullable=True),
+        Column("status", "text"),
+        Column("assistant_id", "text", nullable=True),
+        Column("run_id", "text", nullable=True),
+        Column("created_at", "text"),
+        Column("updated_at", "text"),
+        Column("last_seq", "integer"),
+    ),
+    indexes=(("last_seq",), ("chat_id", "last_seq"), ("chat_id", "created_at")),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (CHATS, MESSAGES)}
+
+_TYPES: dict[Dialect, dict[str, str]] = {
+    "sqlite": {"text": "TEXT", "integer": "INTEGER"},
+    "postgres": {"text": "TEXT", "integer": "BIGINT"},
+}
+
+
+@dataclass(frozen=True)
+class Sql:
+    """Renders SQL for one dialect, for the server (``scoped``: rows carry ``account_id``) or a client.
+
+    ``prefix`` names a second copy of the tables (the browser keeps ``confirmed_*`` beside the
+    tables it shows). Parameters are positional: ``?`` for SQLite, ``$n`` for PostgreSQL.
+    """
+
+    dialect: Dialect
+    scoped: bool
+    prefix: str = ""
+
+    def _param(self, n: int) -> str:
+        return "?" if self.dialect == "sqlite" else f"${n}"
+
+    def _key(self) -> tuple[str, ...]:
+        return ("account_id",) if self.scoped else ()
+
+    def name(self, table: Table) -> str:
+        return self.prefix + table.name
+
+    def create(self, table: Table) -> list[str]:
+        types = _TYPES[self.dialect]
+        cols = [f"account_id {types['text']} NOT NULL"] if self.scoped else []
+        cols += [
+            f"{c.name} {types[c.type]}{'' if c.nullable else ' NOT NULL'}" for c in table.columns
+        ]
+        pk = ", ".join(self._key() + ("id",))
+        name = self.name(table)
+        statements = [f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(cols)}, PRIMARY KEY ({pk}))"]
+        for index in table.indexes:
+            columns = self._key() + index
+            statements.append(
+                f"CREATE INDEX IF NOT EXISTS {name}_{'_'.join(columns)} ON {name} ({', '.join(columns)})"
+            )
+        return statements
+
+    def _where(self, columns: tuple[str, ...], start: int) -> str:
+        cols = self._key() + columns
+        return " AND ".join(f"{c} = {self._param(start + i)}" for i, c in enumerate(cols))
+
+    def mutation(self, mutation: Mutation, account_id: str | None = None) -> tuple[str, list[Any]]:
+        """The statement and parameters that carry out one reducer mutation."""
+        scope: list[Any] = [account_id] if self.scoped else []
+        table = TABLES[mutation.table]
+        name = self.name(table)
+        match mutation:
+            case Upsert(row=row):
+                cols = self._key() + table.column_names
+                values = scope + [row[c] for c in table.column_names]
+                params = ", ".join(self._param(i + 1) for i in range(len(cols)))
+                conflict = ", ".join(self._key() + ("id",))
+                updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
+                sql = (
+                    f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({params}) "
+                    f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+                )
+                return sql, values
+            case Delete(id=row_id):
+                return f"DELETE FROM {name} WHERE {self._where(('id',), 1)}", scope + [row_id]
+            case DeleteChildren(column=column, value=value):
+                return f"DELETE FROM {name} WHERE {self._where((column,), 1)}", scope + [value]
+            case Patch(id=row_id, values=values, only_if_status=statuses):
+                sets = ", ".join(f"{c} = {self._param(i + 1)}" for i, c in enumerate(values))
+                params = list(values.values()) + scope + [row_id]
+                where = self._where(("id",), len(values) + 1)
+                if statuses:
+                    start = len(params) + 1
+                    marks = ", ".join(self._param(start + i) for i in range(len(statuses)))
+                    where += f" AND status IN ({marks})"
+                    params += list(statuses)
+                return f"UPDATE {name} SET {sets} WHERE {where}", params
+        raise AssertionError(f"unknown mutation {mutation!r}")  # pragma: no cover

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quart import Quart
+from quart.typing import TestClientProtocol
+
+from server.app import create_app
+from server.config import Settings
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[Quart]:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'chat.db'}", ping_seconds=0.5))
+    async with app.test_app():
+        yield app
+
+
+@pytest.fixture
+def client(app: Quart) -> TestClientProtocol:
+    return app.test_client()
+
+
+async def signup(client: TestClientProtocol, username: str = "alice") -> dict[str, Any]:
+    response = await client.post("/auth/signup", json={"username": username, "password": "correct horse"})
+    assert response.status_code == 201, await response.get_data()
+    body: dict[str, Any] = await response.get_json()
+    return body
+
+
+def bearer(session: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {session['token']}"}

@@ -1,0 +1,161 @@
+"""The client: reacts to the user's actions and to sync, and redraws from the local database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shared.models import Chat, DomainEvent, EventType, Message, Session
+from webapp import ui
+from webapp.store import Account, LocalStore
+from webapp.sync import Status, SyncEngine
+from webapp.transport import Transport
+
+
+log = logging.getLogger(__name__)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("sync stopped", exc_info=task.exception())
+
+
+class View(Protocol):
+    def set_html(self, region: str, html: str) -> None:
+        """Replace the content of the element with this id."""
+
+    def set_status(self, status: str, text: str) -> None: ...
+
+    def focus(self, selector: str) -> None: ...
+
+
+class AuthApi(Protocol):
+    async def signin(self, username: str, password: str, signup: bool) -> Session:
+        """Raises AuthFailed with a sentence for the user."""
+
+
+class AuthFailed(Exception):
+    pass
+
+
+@dataclass
+class Services:
+    store: LocalStore
+    view: View
+    auth: AuthApi
+    transport: Transport
+    new_id: Callable[[], str]
+    now: Callable[[], str]
+
+
+class Client:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.store = services.store
+        self.view = services.view
+        self.engine = SyncEngine(self.store, services.transport, self.redraw, self._status)
+        self.selected: str | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        account = self.store.account()
+        if account is None:
+            self.view.set_html("root", ui.auth_form())
+            self.view.focus("input[name=username]")
+            return
+        self.view.set_html("root", ui.layout(account.username))
+        chats = self.store.chats()
+        self.selected = chats[0].id if chats else None
+        self.redraw(chat_changed=True)
+        self._status(self.engine.status)
+        self._sync_task = asyncio.ensure_future(self.engine.run())
+        self._sync_task.add_done_callback(_log_failure)
+
+    def _status(self, status: Status) -> None:
+        self.view.set_status(str(status), ui.STATUS_TEXT[status])
+        if status is Status.SIGNED_OUT:
+            account = self.store.account()
+            self.view.set_html("root", ui.auth_form("Your session has ended: sign in again."))
+            if account is not None:
+                self.view.focus("input[name=password]")
+
+    def redraw(self, chat_changed: bool = False) -> None:
+        chats = self.store.chats()
+        if self.selected is not None and all(c.id != self.selected for c in chats):
+            self.selected, chat_changed = (chats[0].id if chats else None), True
+        self.view.set_html("chat-list", ui.chat_list(chats, self.selected))
+        if chat_changed:
+            self.view.set_html("chat", ui.chat_pane(self.store.chat(self.selected) if self.selected else None))
+        if self.selected is not None:
+            self.view.set_html("messages", ui.messages(self.store.messages(self.selected)))
+
+    # --- actions -------------------------------------------------------------------------------
+
+    async def dispatch(self, action: str, data: dict[str, Any]) -> None:
+        handler: Callable[[dict[str, Any]], Awaitable[None]] | None = getattr(
+            self, "_on_" + action.replace("-", "_"), None
+        )
+        if handler is None:
+            raise ValueError(f"unknown action {action!r}")
+        await handler(data)
+
+    async def _on_signin(self, data: dict[str, Any]) -> None:
+        username = str(data.get("username", "")).strip()
+        try:
+            session = await self.s.auth.signin(
+                username, str(data.get("password", "")), signup=data.get("mode") == "signup"
+            )
+        except AuthFailed as e:
+            self.view.set_html("root", ui.auth_form(str(e)))
+            return
+        await self.store.set_account(Account(session.user_id, session.device_id, username))
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+        self.start()
+
+    async def _on_signout(self, data: dict[str, Any]) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+        self.view.set_html("root", ui.auth_form())
+
+    async def _on_select_chat(self, data: dict[str, Any]) -> None:
+        self.selected = str(data["id"])
+        self.redraw(chat_changed=True)
+        self.view.focus("textarea[name=text]")
+
+    async def _on_new_chat(self, data: dict[str, Any]) -> None:
+        now = self.s.now()
+        chat = Chat(id=self.s.new_id(), title=f"Chat {len(self.store.chats()) + 1}", created_at=now)
+        await self._submit(EventType.CHAT_CREATED, chat)
+        self.selected = chat.id
+        self.redraw(chat_changed=True)
+        self.view.focus("textarea[name=text]")
+
+    async def _on_send(self, data: dict[str, Any]) -> None:
+        text = str(data.get("text", "")).strip()
+        if not text or self.selected is None:
+            return
+        earlier = self.store.messages(self.selected)
+        message = Message(
+            id=self.s.new_id(),
+            chat_id=self.selected,
+            role="user",
+            content=text,
+            parent_id=earlier[-1].id if earlier else None,
+            created_at=self.s.now(),
+        )
+        await self._submit(EventType.MESSAGE_APPENDED, message)
+        self.view.set_html("chat", ui.chat_pane(self.store.chat(self.selected)))
+        self.redraw()
+        self.view.focus("textarea[name=text]")
+
+    async def _submit(self, kind: EventType, payload: Chat | Message) -> None:
+        """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
+        event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
+        await self.store.add_local(event)
+        self.engine.kick()

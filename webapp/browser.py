@@ -1,0 +1,195 @@
+"""The one module that knows it runs in a browser: IndexedDB persistence, fetch, WebSocket, DOM.
+
+Everything else in ``webapp`` is plain Python and is tested under CPython.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import js  # type: ignore[import-not-found]
+from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+from pyodide.http import pyfetch  # type: ignore[import-not-found]
+
+from shared.ids import Uuid7Generator
+from shared.models import (
+    DomainEvent,
+    Frame,
+    Session,
+    StateResponse,
+    SubmitResponse,
+    UpdatesResponse,
+    format_time,
+)
+from pydantic import TypeAdapter
+from datetime import datetime, timezone
+
+from webapp.app import AuthFailed, Client, Services
+from webapp.store import LocalStore
+from webapp.transport import (
+    AnyFrame,
+    CursorExpiredError,
+    NetworkError,
+    ServerError,
+    Unauthorized,
+    close_error,
+)
+
+DB_PATH = "/data/chat.db"  # /data is an IDBFS mount made by static/app.js before Python starts
+FRAME = TypeAdapter(Frame)
+
+
+class IdbfsPersistence:
+    """Bump the files' mtimes (IDBFS skips a same-millisecond change), then one awaited,
+    serialized ``FS.syncfs(false)`` with strict IndexedDB durability (static/app.js)."""
+
+    def __init__(self, path: str) -> None:
+        self._paths = [path, path + "-wal", path + "-shm"]
+        self._last_ms = 0
+
+    async def flush(self) -> None:
+        self._last_ms = max(int(time.time() * 1000), self._last_ms + 1)
+        ns = self._last_ms * 1_000_000
+        for path in self._paths:
+            if os.path.exists(path):
+                os.utime(path, ns=(ns, ns))
+        await js.chatHost.persist()
+
+
+async def _request(method: str, path: str, body: Any = None) -> Any:
+    """One JSON request to our own origin; maps failures to the transport's exceptions."""
+    kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin"}
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+        kwargs["headers"] = {"Content-Type": "application/json"}
+    try:
+        response = await pyfetch(path, **kwargs)
+        text = await response.string()
+    except Exception as e:  # fetch rejects with a TypeError on any network failure
+        raise NetworkError(str(e)) from None
+    data = json.loads(text) if text else None
+    if response.status == 401:
+        raise Unauthorized((data or {}).get("message", "unauthorized"))
+    if response.status == 410:
+        raise CursorExpiredError((data or {}).get("message", "cursor_expired"))
+    if response.status >= 500:
+        raise NetworkError(f"server error {response.status}")
+    if response.status >= 400:
+        raise ServerError((data or {}).get("message", f"error {response.status}"))
+    return data
+
+
+class BrowserLiveSocket:
+    def __init__(self, url: str) -> None:
+        self._queue: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
+        self._ws = js.WebSocket.new(url)
+        self._proxies = [
+            create_proxy(lambda e: self._queue.put_nowait(("frame", e.data, None))),
+            create_proxy(lambda e: self._queue.put_nowait(("close", e.code, e.reason))),
+        ]
+        self._ws.onmessage, self._ws.onclose = self._proxies
+
+    async def receive(self) -> AnyFrame:
+        kind, a, b = await self._queue.get()
+        if kind == "close":
+            self._queue.put_nowait((kind, a, b))  # stay closed for later calls
+            raise close_error(int(a), str(b))
+        return FRAME.validate_json(str(a))
+
+    async def close(self) -> None:
+        if self._ws.readyState < 2:
+            self._ws.close()
+
+
+class BrowserTransport:
+    async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
+        data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")
+        return UpdatesResponse.model_validate(data)
+
+    async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse:
+        query = "limit=500"
+        if up_to_seq is not None:
+            query += f"&upToSeq={up_to_seq}"
+        if page is not None:
+            query += f"&page={js.encodeURIComponent(page)}"
+        return StateResponse.model_validate(await _request("GET", f"/sync/state?{query}"))
+
+    async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
+        data = await _request("POST", "/sync/events", {"events": [e.wire() for e in events]})
+        return SubmitResponse.model_validate(data)
+
+    async def live(self, after_seq: int) -> BrowserLiveSocket:
+        scheme = "wss" if js.location.protocol == "https:" else "ws"
+        return BrowserLiveSocket(f"{scheme}://{js.location.host}/sync/live?afterSeq={after_seq}")
+
+
+class BrowserAuth:
+    async def signin(self, username: str, password: str, signup: bool) -> Session:
+        body = {"username": username, "password": password, "deviceName": _device_name()}
+        try:
+            data = await _request("POST", "/auth/signup" if signup else "/auth/login", body)
+        except NetworkError:
+            raise AuthFailed("The server can't be reached: check your connection and try again.") from None
+        except (Unauthorized, ServerError) as e:
+            raise AuthFailed(str(e)) from None
+        return Session.model_validate(data)
+
+
+def _device_name() -> str:
+    agent = str(js.navigator.userAgent)
+    return next((b for b in ("Firefox", "Edg", "Chrome", "Safari") if b in agent), "Browser")
+
+
+class DomView:
+    def set_html(self, region: str, html: str) -> None:
+        element = js.document.getElementById(region)
+        if element is not None:
+            element.innerHTML = html
+
+    def set_status(self, status: str, text: str) -> None:
+        element = js.document.getElementById("status")
+        element.textContent = text
+        element.dataset.state = status
+
+    def focus(self, selector: str) -> None:
+        element = js.document.querySelector(selector)
+        if element is not None:
+            element.focus()
+
+
+def _now() -> str:
+    return format_time(datetime.now(timezone.utc))
+
+
+async def main() -> Client:
+    """Open the local database and start the client; called by static/app.js."""
+    store = LocalStore(DB_PATH, IdbfsPersistence(DB_PATH))
+    new_id = Uuid7Generator(lambda: int(time.time() * 1000), os.urandom)
+    client = Client(
+        Services(
+            store=store,
+            view=DomView(),
+            auth=BrowserAuth(),
+            transport=BrowserTransport(),
+            new_id=new_id,
+            now=_now,
+        )
+    )
+
+    def dispatch(action: str, data: str) -> None:
+        task = asyncio.ensure_future(client.dispatch(action, json.loads(data)))
+        task.add_done_callback(_report)
+
+    js.globalThis.chatDispatch = create_proxy(dispatch)
+    js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())
+    client.start()
+    return client
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        js.console.error(f"action failed: {task.exception()!r}")

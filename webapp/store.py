@@ -1,0 +1,310 @@
+"""The local database: confirmed state, the pending overlay, the outbox, the sync cursor.
+
+Two copies of the state tables (one ``shared`` schema):
+  ``confirmed_chats``/``confirmed_messages``: exactly the server's state at ``last_seq``;
+  ``chats``/``messages``: what the UI shows, the confirmed state with the pending events on top.
+Remote events change both; a rejection or a full resync rebuilds the shown tables from the
+confirmed ones plus the outbox, so nothing pending is lost and nothing rejected survives.
+
+Every write is one SQLite transaction followed by ``Persistence.flush()``; a change counts as
+saved (and may reach the network) only once that has returned.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shared.models import Chat, DomainEvent, EventResult, LoggedEvent, Message, Snapshot
+from shared.reducer import PENDING_SEQ, apply
+from shared.schema import CHATS, MESSAGES, Sql, Table
+
+SHOWN = Sql("sqlite", scoped=False)
+CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
+
+
+class Persistence(Protocol):
+    async def flush(self) -> None:
+        """Make every committed change durable before returning."""
+
+
+class FilePersistence:
+    """A database file on a real disk is durable once SQLite has committed."""
+
+    async def flush(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Account:
+    user_id: str
+    device_id: str
+    username: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    id: int
+    event: DomainEvent
+    status: str  # pending | sent
+    attempts: int
+
+
+def _migration_1(conn: sqlite3.Connection) -> None:
+    for sql in (SHOWN, CONFIRMED):
+        for table in (CHATS, MESSAGES):
+            for statement in sql.create(table):
+                conn.execute(statement)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute(
+        """CREATE TABLE pending_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
+            entity_id TEXT NOT NULL, body TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+            seq INTEGER, last_error TEXT)"""
+    )
+
+
+# Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("0001_initial", _migration_1),
+]
+
+
+class LocalStore:
+    def __init__(self, path: str, persistence: Persistence) -> None:
+        self._persistence = persistence
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        # WAL with a small journal: a commit persists the small -wal file, not the whole database.
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_size_limit=262144")
+        conn.execute("PRAGMA wal_autocheckpoint=256")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn: sqlite3.Connection | None = conn
+        self._migrate()
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the local store is closed")
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        conn = self.conn
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY)")
+        done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+        for name, migrate in MIGRATIONS:
+            if name not in done:
+                with self._transaction():
+                    migrate(conn)
+                    conn.execute("INSERT INTO schema_migrations VALUES (?)", (name,))
+
+    @staticmethod
+    def _run(conn: sqlite3.Connection, sql: Sql, event: DomainEvent) -> None:
+        for mutation in apply(event):
+            statement, params = sql.mutation(mutation)
+            conn.execute(statement, params)
+
+    def _meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # --- account and cursor --------------------------------------------------------------------
+
+    def account(self) -> Account | None:
+        raw = self._meta("account")
+        return None if raw is None else Account(**json.loads(raw))
+
+    async def set_account(self, account: Account) -> None:
+        """Remember who is signed in; a different user than before starts from an empty database."""
+        previous = self.account()
+        with self._transaction() as conn:
+            if previous is not None and previous.user_id != account.user_id:
+                for table in ("chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events"):
+                    conn.execute(f"DELETE FROM {table}")
+            self._set_meta(conn, "account", json.dumps(account.__dict__))
+        await self._persistence.flush()
+
+    def last_seq(self) -> int:
+        return int(self._meta("last_seq") or 0)
+
+    # --- local changes: the outbox -------------------------------------------------------------
+
+    async def add_local(self, event: DomainEvent) -> None:
+        """Queue ``event`` and show it, in one transaction; returns once it is durable."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
+                (event.event_id, event.entity_id(), json.dumps(event.wire())),
+            )
+            self._run(conn, SHOWN, event)
+        await self._persistence.flush()
+
+    def outbox(self, limit: int = 100) -> list[Pending]:
+        rows = self.conn.execute(
+            "SELECT id, body, status, attempts FROM pending_events WHERE status = 'pending' ORDER BY id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            Pending(r["id"], DomainEvent.model_validate_json(r["body"]), r["status"], r["attempts"])
+            for r in rows
+        ]
+
+    def pending_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM pending_events WHERE status = 'pending'").fetchone()[0])
+
+    async def record_results(self, results: Iterable[EventResult]) -> None:
+        """What the server answered to a push: accepted and duplicate events wait (as ``sent``) for
+        their seq to arrive through the log; rejected ones are dropped and their effect undone."""
+        rejected = False
+        with self._transaction() as conn:
+            for result in results:
+                if result.status == "rejected":
+                    conn.execute("DELETE FROM pending_events WHERE event_id = ?", (result.event_id,))
+                    rejected = True
+                else:
+                    conn.execute(
+                        "UPDATE pending_events SET status = 'sent', seq = ?, attempts = attempts + 1"
+                        " WHERE event_id = ?",
+                        (result.seq, result.event_id),
+                    )
+            self._drop_logged(conn)
+            if rejected:
+                self._rebuild_shown(conn)
+        await self._persistence.flush()
+
+    async def record_failure(self, event_ids: list[str], error: str) -> None:
+        with self._transaction() as conn:
+            conn.executemany(
+                "UPDATE pending_events SET attempts = attempts + 1, last_error = ? WHERE event_id = ?",
+                [(error, e) for e in event_ids],
+            )
+        await self._persistence.flush()
+
+    # --- remote changes ------------------------------------------------------------------------
+
+    async def apply_remote(self, events: list[LoggedEvent], current_seq: int | None = None) -> int:
+        """Apply events from the log in seq order (those at or below the cursor are skipped), then
+        re-apply the pending overlay. Returns how many were new."""
+        applied = 0
+        with self._transaction() as conn:
+            cursor = self.last_seq()
+            for event in events:
+                if event.seq <= cursor:
+                    continue
+                self._run(conn, CONFIRMED, event)
+                self._run(conn, SHOWN, event)
+                # Our own event, back from the log (maybe before the push's answer): it is
+                # confirmed now, so it leaves the overlay.
+                conn.execute("DELETE FROM pending_events WHERE event_id = ?", (event.event_id,))
+                cursor = event.seq
+                applied += 1
+            if current_seq is not None:
+                cursor = max(cursor, current_seq)  # compaction may have skipped superseded seqs
+            self._set_meta(conn, "last_seq", str(cursor))
+            self._drop_logged(conn)
+            if applied:
+                for pending in self._pending_events(conn):
+                    self._run(conn, SHOWN, pending)
+        if applied or current_seq is not None:
+            await self._persistence.flush()
+        return applied
+
+    async def replace(self, snapshot: Snapshot, up_to_seq: int) -> None:
+        """Full resync: the confirmed state becomes exactly ``snapshot`` (replace, never merge)."""
+        with self._transaction() as conn:
+            for table, rows in ((CHATS, snapshot.chats), (MESSAGES, snapshot.messages)):
+                conn.execute(f"DELETE FROM {CONFIRMED.name(table)}")
+                self._insert_rows(conn, CONFIRMED.name(table), table, [r.model_dump() for r in rows])
+            self._set_meta(conn, "last_seq", str(up_to_seq))
+            self._drop_logged(conn)
+            self._rebuild_shown(conn)
+        await self._persistence.flush()
+
+    @staticmethod
+    def _insert_rows(conn: sqlite3.Connection, name: str, table: Table, rows: list[dict[str, Any]]) -> None:
+        cols = table.column_names
+        conn.executemany(
+            f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            [[row[c] for c in cols] for row in rows],
+        )
+
+    def _drop_logged(self, conn: sqlite3.Connection) -> None:
+        """Sent events whose seq the cursor has passed are part of the confirmed state now."""
+        conn.execute(
+            "DELETE FROM pending_events WHERE status = 'sent' AND seq <= ?", (self.last_seq(),)
+        )
+
+    @staticmethod
+    def _pending_events(conn: sqlite3.Connection) -> list[DomainEvent]:
+        rows = conn.execute("SELECT body FROM pending_events ORDER BY id").fetchall()
+        return [DomainEvent.model_validate_json(r[0]) for r in rows]
+
+    def _rebuild_shown(self, conn: sqlite3.Connection) -> None:
+        """Shown state := confirmed state + every pending event, in order."""
+        for table in (CHATS, MESSAGES):
+            cols = ", ".join(table.column_names)
+            conn.execute(f"DELETE FROM {table.name}")
+            conn.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {CONFIRMED.name(table)}")
+        for pending in self._pending_events(conn):
+            self._run(conn, SHOWN, pending)
+
+    # --- reads for the UI ----------------------------------------------------------------------
+
+    def chats(self) -> list[Chat]:
+        rows = self.conn.execute("SELECT * FROM chats ORDER BY created_at DESC, id DESC").fetchall()
+        return [Chat.model_validate(dict(r)) for r in rows]
+
+    def chat(self, chat_id: str) -> Chat | None:
+        row = self.conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        return None if row is None else Chat.model_validate(dict(row))
+
+    def messages(self, chat_id: str) -> list[Message]:
+        rows = self.conn.execute(
+            "SELECT * FROM messages WHERE chat_id = ? ORDER BY created_at, id", (chat_id,)
+        ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
+    def confirmed(self) -> Snapshot:
+        """The confirmed state (for tests and diagnostics)."""
+        chats = self.conn.execute("SELECT * FROM confirmed_chats ORDER BY id").fetchall()
+        messages = self.conn.execute("SELECT * FROM confirmed_messages ORDER BY id").fetchall()
+        return Snapshot(
+            chats=[Chat.model_validate(dict(r)) for r in chats],
+            messages=[Message.model_validate(dict(r)) for r in messages],
+        )
+
+
+def is_pending(row: Chat | Message) -> bool:
+    """A shown row that a still-unconfirmed local event made."""
+    return row.last_seq == PENDING_SEQ

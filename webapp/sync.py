@@ -1,0 +1,190 @@
+"""The client half of the sync protocol (seed spec 5.2 over PROTOCOL.md).
+
+Loop: pull the updates after our cursor (a 410 means a full resync: replace, never merge), push
+the outbox, then follow the live socket; on any failure wait with exponential backoff and jitter
+and start over. What the user sees as the connection state comes only from real responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from enum import StrEnum
+
+from shared.models import CaughtUpFrame, EventFrame, Snapshot
+from webapp.store import LocalStore
+from webapp.transport import (
+    CursorExpiredError,
+    LiveSocket,
+    NetworkError,
+    ServerError,
+    Transport,
+    Unauthorized,
+)
+
+PAGE = 500
+PUSH_BATCH = 100
+# The server pings every 25 s; a socket silent for longer than this is taken for dead.
+LIVE_SILENCE_SECONDS = 60.0
+
+
+class Status(StrEnum):
+    CONNECTING = "connecting"
+    ONLINE = "online"
+    OFFLINE = "offline"
+    SIGNED_OUT = "signed-out"
+
+
+class SyncEngine:
+    def __init__(
+        self,
+        store: LocalStore,
+        transport: Transport,
+        on_change: Callable[[], None],
+        on_status: Callable[[Status], None],
+        min_backoff: float = 0.25,
+        max_backoff: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.transport = transport
+        self._on_change = on_change
+        self._on_status = on_status
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._kick = asyncio.Event()  # something to push
+        self._retry_now = asyncio.Event()  # e.g. the browser says it is back online
+        self._push_lock = asyncio.Lock()
+        self._socket: LiveSocket | None = None
+        self.status = Status.CONNECTING
+
+    def _set_status(self, status: Status) -> None:
+        if status != self.status:
+            self.status = status
+            self._on_status(status)
+
+    def kick(self) -> None:
+        """A local change is durable: send it as soon as the server can be reached."""
+        self._kick.set()
+
+    def retry_now(self) -> None:
+        """Skip the current backoff wait (a hint only; the status still comes from real answers)."""
+        self._retry_now.set()
+
+    async def run(self) -> None:
+        """Sync until signed out. Cancel the task to stop."""
+        pusher = asyncio.ensure_future(self._push_loop())
+        try:
+            await self._connection_loop()
+        finally:
+            pusher.cancel()
+
+    async def _connection_loop(self) -> None:
+        backoff = self._min_backoff
+        while True:
+            try:
+                await self.pull()
+                await self.push()
+                self._set_status(Status.ONLINE)
+                backoff = self._min_backoff
+                await self._follow_live()
+            except Unauthorized:
+                self._set_status(Status.SIGNED_OUT)
+                return
+            except (NetworkError, ServerError):
+                self._set_status(Status.OFFLINE)
+            self._retry_now.clear()
+            delay = backoff * (0.5 + random.random() / 2)
+            backoff = min(backoff * 2, self._max_backoff)
+            try:
+                await asyncio.wait_for(self._retry_now.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _push_loop(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            if self.status != Status.ONLINE:
+                continue  # the connection loop pushes when it gets through
+            try:
+                await self.push()
+            except (NetworkError, ServerError):
+                # A push that fails means the live socket is no proof of a connection (it can
+                # stay open while nothing gets through): drop it and let the loop reconnect.
+                self._set_status(Status.OFFLINE)
+                if self._socket is not None:
+                    await self._socket.close()
+            except Unauthorized:
+                self._set_status(Status.SIGNED_OUT)
+
+    async def pull(self) -> None:
+        """Fetch every event after the cursor; a full resync when the cursor has expired."""
+        while True:
+            try:
+                page = await self.transport.updates(self.store.last_seq(), PAGE)
+            except CursorExpiredError:
+                await self.resync()
+                continue
+            current = None if page.has_more else page.current_seq
+            if await self.store.apply_remote(page.events, current):
+                self._on_change()
+            if not page.has_more:
+                return
+
+    async def resync(self) -> None:
+        """Replace the confirmed state with a snapshot, then the pending overlay goes back on top."""
+        first = await self.transport.state(None, None)
+        up_to = first.up_to_seq
+        chats, messages = list(first.snapshot.chats), list(first.snapshot.messages)
+        page = first.next_page
+        while page is not None:
+            more = await self.transport.state(up_to, page)
+            chats += more.snapshot.chats
+            messages += more.snapshot.messages
+            page = more.next_page
+        await self.store.replace(Snapshot(chats=chats, messages=messages), up_to)
+        self._on_change()
+
+    async def push(self) -> None:
+        """Send the outbox in order, in batches; idempotent by eventId, so resending is harmless."""
+        async with self._push_lock:
+            while batch := self.store.outbox(PUSH_BATCH):
+                events = [p.event for p in batch]
+                try:
+                    response = await self.transport.submit(events)
+                except (NetworkError, ServerError) as e:
+                    await self.store.record_failure([e.event_id for e in events], str(e))
+                    raise
+                await self.store.record_results(response.results)
+                if any(r.status == "rejected" for r in response.results):
+                    self._on_change()
+
+    async def _follow_live(self) -> None:
+        socket = self._socket = await self.transport.live(self.store.last_seq())
+        caught_up = False
+        try:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(socket.receive(), LIVE_SILENCE_SECONDS)
+                except TimeoutError:
+                    raise NetworkError("the live socket went silent") from None
+                if isinstance(frame, EventFrame):
+                    seq, last = frame.event.seq, self.store.last_seq()
+                    if seq <= last:
+                        continue  # a duplicate
+                    if caught_up and seq > last + 1:
+                        await self.pull()  # a gap: fetch the missing range, then go on
+                        continue
+                    if await self.store.apply_remote([frame.event]):
+                        self._on_change()
+                elif isinstance(frame, CaughtUpFrame):
+                    caught_up = True
+                    if await self.store.apply_remote([], frame.seq):
+                        self._on_change()
+                    self.kick()
+        except CursorExpiredError:
+            await self.resync()
+        finally:
+            self._socket = None
+            await socket.close()

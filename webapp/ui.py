@@ -1,0 +1,87 @@
+"""HTML for each region of the page, from rows of the local database. Pure: strings in, strings out.
+
+Interactive elements carry ``data-action``; the page's one delegated listener (static/app.js)
+hands the action and its data to ``webapp.app.Client.dispatch``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from shared.models import Chat, Message
+from webapp.store import is_pending
+from webapp.sync import Status
+
+STATUS_TEXT = {
+    Status.CONNECTING: "Connecting…",
+    Status.ONLINE: "Online",
+    Status.OFFLINE: "Offline: changes are saved here and sent when the server is back",
+    Status.SIGNED_OUT: "Signed out: sign in again to sync",
+}
+
+
+def auth_form(error: str | None = None) -> str:
+    message = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
+    return f"""
+<form class="auth" data-action="signin">
+  <h1>Sign in</h1>
+  {message}
+  <label>Username <input name="username" autocomplete="username" required></label>
+  <label>Password <input name="password" type="password" autocomplete="current-password" required minlength="8"></label>
+  <div class="row">
+    <button type="submit" name="mode" value="signin">Sign in</button>
+    <button type="submit" name="mode" value="signup" class="secondary">Create account</button>
+  </div>
+</form>"""
+
+
+def layout(username: str) -> str:
+    return f"""
+<aside class="sidebar">
+  <button type="button" class="new-chat" data-action="new-chat">New chat</button>
+  <nav id="chat-list" aria-label="Chats"></nav>
+  <div class="who">{escape(username)} · <button type="button" class="link" data-action="signout">Sign out</button></div>
+</aside>
+<section class="chat" id="chat"></section>"""
+
+
+def chat_list(chats: list[Chat], selected: str | None) -> str:
+    if not chats:
+        return '<p class="empty">No chats yet.</p>'
+    items = []
+    for chat in chats:
+        classes = ["chat-item"]
+        if chat.id == selected:
+            classes.append("selected")
+        if is_pending(chat):
+            classes.append("pending")
+        items.append(
+            f'<button type="button" class="{" ".join(classes)}" data-action="select-chat" '
+            f'data-id="{chat.id}">{escape(chat.title)}</button>'
+        )
+    return "\n".join(items)
+
+
+def chat_pane(chat: Chat | None) -> str:
+    if chat is None:
+        return '<p class="empty">Create a chat to start.</p>'
+    return f"""
+<h2 class="chat-title">{escape(chat.title)}</h2>
+<ol id="messages" class="messages" aria-live="polite"></ol>
+<form class="composer" data-action="send">
+  <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required></textarea>
+  <button type="submit">Send</button>
+</form>"""
+
+
+def messages(rows: list[Message]) -> str:
+    items = []
+    for message in rows:
+        pending = is_pending(message)
+        classes = f"message {message.role}{' pending' if pending else ''}"
+        badge = '<span class="badge" title="Saved on this device, not yet on the server">pending</span>' if pending else ""
+        items.append(
+            f'<li class="{classes}" data-id="{message.id}">'
+            f'<div class="content">{escape(message.content)}</div>{badge}</li>'
+        )
+    return "\n".join(items)
