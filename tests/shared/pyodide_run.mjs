@@ -1,0 +1,13 @@
+// Runs Python under Pyodide in Node.js, with the same vendored Pyodide and wheels the browser gets.
+// usage: node pyodide_run.mjs <vendor dir> <bundle.zip> <script.py>
+// The script's `result` variable is printed as JSON on the last line of stdout.
+import { readFileSync, readdirSync } from "node:fs";
+
+const [vendor, bundlePath, scriptPath] = process.argv.slice(2);
+const { loadPyodide } = await import(`${vendor}/pyodide/pyodide.mjs`);
+const pyodide = await loadPyodide({ indexURL: `${vendor}/pyodide/`, stdout: () => {}, stderr: console.error });
+const wheels = readdirSync(`${vendor}/wheels`).map((f) => `${vendor}/wheels/${f}`);
+await pyodide.loadPackage(wheels, { messageCallback: () => {} });
+pyodide.unpackArchive(new Uint8Array(readFileSync(bundlePath)), "zip", { extractDir: "/home/pyodide" });
+await pyodide.runPythonAsync(readFileSync(scriptPath, "utf8"));
+console.log(pyodide.runPython("import json, sys; json.dumps({'result': result, 'version': sys.version})"));

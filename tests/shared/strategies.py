@@ -1,0 +1,90 @@
+"""Hypothesis strategies for the wire models."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from typing import TypeVar
+
+from hypothesis import strategies as st
+
+from shared.models import (
+    Chat,
+    ChatRef,
+    DomainEvent,
+    EventType,
+    LoggedEvent,
+    Message,
+    MessageRef,
+    RunCancel,
+    RunRequest,
+    format_time,
+)
+
+T = TypeVar("T")
+
+ids = st.uuids().map(str)
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+).map(format_time)
+text = st.text(max_size=200)
+seqs = st.integers(min_value=1, max_value=2**53)
+
+def model(cls: type[T], **fields: st.SearchStrategy[object]) -> st.SearchStrategy[T]:
+    """Like st.builds, but never guesses the fields it was not given (pydantic's signature
+    uses the camelCase aliases, which st.builds would fill in with arbitrary values)."""
+    return st.fixed_dictionaries(fields).map(lambda values: cls(**values))
+
+
+chats = model(Chat, id=ids, title=st.text(max_size=100), created_at=times)
+
+
+def messages(role: str | None = None) -> st.SearchStrategy[Message]:
+    return model(
+        Message,
+        id=ids,
+        chat_id=ids,
+        role=st.just(role) if role else st.sampled_from(["user", "assistant", "tool_call", "tool_result", "error"]),
+        content=text,
+        parent_id=st.none() | ids,
+        status=st.sampled_from(["completed", "queued", "streaming", "failed_upstream", "cancelled"]),
+        assistant_id=st.none() | st.text(min_size=1, max_size=20),
+        run_id=st.none() | ids,
+        created_at=times,
+    )
+
+
+PAYLOADS: dict[EventType, st.SearchStrategy[object]] = {
+    EventType.CHAT_CREATED: chats,
+    EventType.CHAT_UPDATED: chats,
+    EventType.CHAT_DELETED: model(ChatRef, id=ids),
+    EventType.MESSAGE_APPENDED: messages(),
+    EventType.MESSAGE_EDITED: messages(),
+    EventType.MESSAGE_DELETED: model(MessageRef, id=ids, chat_id=ids),
+    EventType.TOOL_CALL_REQUESTED: messages("tool_call"),
+    EventType.TOOL_CALL_SUCCEEDED: messages("tool_result"),
+    EventType.TOOL_CALL_FAILED: messages("error"),
+    EventType.ASSISTANT_RUN_REQUESTED: model(
+        RunRequest,
+        run_id=ids,
+        chat_id=ids,
+        parent_id=st.none() | ids,
+        message_id=ids,
+        assistant_id=st.text(min_size=1, max_size=20),
+    ),
+    EventType.ASSISTANT_RUN_CANCELLED: model(RunCancel, run_id=ids, message_id=ids),
+}
+
+
+@st.composite
+def domain_events(draw: st.DrawFn) -> DomainEvent:
+    kind = draw(st.sampled_from(list(EventType)))
+    return DomainEvent(event_id=draw(ids), type=kind, payload=draw(PAYLOADS[kind]), created_at=draw(times))
+
+
+@st.composite
+def logged_events(draw: st.DrawFn) -> LoggedEvent:
+    event = draw(domain_events())
+    return LoggedEvent(
+        **dict(event), seq=draw(seqs), origin=draw(ids)
+    )

@@ -1,0 +1,89 @@
+"""Test vectors: one logged event of every type (and pending, unlogged ones), as wire JSON.
+
+Used by the reducer's unit tests and by the Pyodide parity test, which runs ``DESCRIBE`` on these
+vectors under CPython and under Pyodide and compares the results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHAT = "01937a4e-0000-7000-8000-00000000c001"
+MSG = "01937a4e-0000-7000-8000-00000000a001"
+PARENT = "01937a4e-0000-7000-8000-00000000a000"
+RUN = "01937a4e-0000-7000-8000-00000000b001"
+T0 = "2026-11-30T12:00:00.123Z"
+T1 = "2026-11-30T12:00:05.000Z"
+
+
+def _event(n: int, kind: str, payload: dict[str, Any], seq: int | None) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "eventId": f"01937a4e-0000-7000-8000-{n:012d}",
+        "type": kind,
+        "payload": payload,
+        "createdAt": T1,
+    }
+    if seq is not None:
+        event |= {"seq": seq, "origin": "device-1"}
+    return event
+
+
+def _message(role: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": MSG,
+        "chatId": CHAT,
+        "role": role,
+        "content": "Hello, «world» ✓",
+        "parentId": PARENT,
+        "status": "completed",
+        "assistantId": None,
+        "runId": None,
+        "createdAt": T0,
+        **extra,
+    }
+
+
+CHAT_PAYLOAD = {"id": CHAT, "title": "Trip planning", "createdAt": T0}
+
+VECTORS: list[dict[str, Any]] = [
+    _event(1, "ChatCreated", CHAT_PAYLOAD, 1),
+    _event(2, "ChatUpdated", {**CHAT_PAYLOAD, "title": "Renamed", "lastSeq": 99, "updatedAt": T0}, 2),
+    _event(3, "ChatDeleted", {"id": CHAT}, 3),
+    _event(4, "MessageAppended", _message("user"), 4),
+    _event(5, "MessageEdited", _message("user", content="Edited"), 5),
+    _event(6, "MessageDeleted", {"id": MSG, "chatId": CHAT}, 6),
+    _event(7, "ToolCallRequested", _message("tool_call", content='{"tool": "calc"}'), 7),
+    _event(8, "ToolCallSucceeded", _message("tool_result", content="42"), 8),
+    _event(9, "ToolCallFailed", _message("error", content="division by zero"), 9),
+    _event(
+        10,
+        "AssistantRunRequested",
+        {"runId": RUN, "chatId": CHAT, "parentId": PARENT, "messageId": MSG, "assistantId": "demo"},
+        10,
+    ),
+    _event(11, "AssistantRunCancelled", {"runId": RUN, "messageId": MSG}, 11),
+    # Not yet logged: a client's optimistic application.
+    _event(12, "MessageAppended", _message("user"), None),
+    _event(13, "AssistantRunCancelled", {"runId": RUN, "messageId": MSG}, None),
+]
+
+# Runs as-is under CPython and under Pyodide: what an event turns into, end to end.
+DESCRIBE = '''
+import dataclasses, json
+from shared.models import DomainEvent, LoggedEvent
+from shared.reducer import apply
+from shared.schema import Sql
+
+def describe(raw):
+    event = LoggedEvent.model_validate(raw) if "seq" in raw else DomainEvent.model_validate(raw)
+    mutations = apply(event)
+    sql = [
+        Sql(dialect, scoped).mutation(m, "account-1" if scoped else None)
+        for m in mutations for dialect in ("sqlite", "postgres") for scoped in (True, False)
+    ]
+    return {
+        "wire": event.wire(),
+        "mutations": [[type(m).__name__, dataclasses.asdict(m)] for m in mutations],
+        "sql": [[s, list(p)] for s, p in sql],
+    }
+'''
