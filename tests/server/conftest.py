@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from quart import Quart
-from quart.typing import TestClientProtocol
+from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
 from server.config import Settings
@@ -20,11 +20,11 @@ async def app(tmp_path: Path) -> AsyncIterator[Quart]:
 
 
 @pytest.fixture
-def client(app: Quart) -> TestClientProtocol:
-    return app.test_client()
+def client(app: Quart) -> Client:
+    return app.test_client(use_cookies=False)
 
 
-async def signup(client: TestClientProtocol, username: str = "alice") -> dict[str, Any]:
+async def signup(client: Client, username: str = "alice") -> dict[str, Any]:
     response = await client.post("/auth/signup", json={"username": username, "password": "correct horse"})
     assert response.status_code == 201, await response.get_data()
     body: dict[str, Any] = await response.get_json()

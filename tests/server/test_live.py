@@ -1,0 +1,80 @@
+"""WS /sync/live in-process: backlog, caughtUp, live events, pings, close codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from quart import Quart
+from quart.testing.connections import WebsocketDisconnectError
+from quart.typing import TestClientProtocol as Client
+
+from tests.server.conftest import bearer, signup
+from tests.server.events import chat_created, new_id
+
+
+async def receive(ws: Any, timeout: float = 5) -> dict[str, Any]:
+    frame: dict[str, Any] = json.loads(await asyncio.wait_for(ws.receive(), timeout))
+    return frame
+
+
+async def next_event_seq(ws: Any) -> int:
+    while True:
+        frame = await receive(ws)
+        if frame["type"] == "event":
+            return int(frame["event"]["seq"])
+
+
+async def test_backlog_then_caught_up_then_live(client: Client) -> None:
+    session = await signup(client)
+    await client.post("/sync/events", json={"events": [chat_created(new_id()) for _ in range(3)]}, headers=bearer(session))
+    async with client.websocket("/sync/live?afterSeq=1", headers=bearer(session)) as ws:
+        assert [await next_event_seq(ws) for _ in range(2)] == [2, 3]
+        assert await receive(ws) == {"type": "caughtUp", "seq": 3}
+        await client.post("/sync/events", json={"events": [chat_created(new_id())]}, headers=bearer(session))
+        frame = await receive(ws)
+        assert frame["type"] == "event" and frame["event"]["seq"] == 4
+        assert frame["event"]["origin"] == session["deviceId"]
+        assert await receive(ws, timeout=3) == {"type": "ping"}  # ping_seconds=0.5 in the fixture
+
+
+async def test_hand_over_has_no_gap_and_no_duplicate_while_writers_commit(client: Client) -> None:
+    session = await signup(client)
+    total = 60
+
+    async def writer() -> None:
+        for _ in range(total):
+            await client.post("/sync/events", json={"events": [chat_created(new_id())]}, headers=bearer(session))
+
+    writing = asyncio.ensure_future(writer())
+    await asyncio.sleep(0.05)
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        seqs = []
+        while len(seqs) < total:
+            frame = await receive(ws)
+            if frame["type"] == "event":
+                seqs.append(frame["event"]["seq"])
+    await writing
+    assert seqs == list(range(1, total + 1))
+
+
+async def close_code(client: Client, path: str, headers: dict[str, str]) -> int:
+    async with client.websocket(path, headers=headers) as ws:
+        try:
+            await asyncio.wait_for(ws.receive(), 5)
+        except WebsocketDisconnectError as closed:
+            return int(closed.args[0])
+    raise AssertionError("the socket was not closed")
+
+
+async def test_close_codes(app: Quart) -> None:
+    client = app.test_client()  # keeps the session cookie, as a browser does
+    session = await signup(client)
+    assert await close_code(app.test_client(use_cookies=False), "/sync/live", {}) == 4401
+    # A cookie-authenticated socket must come from our own origin.
+    assert await close_code(client, "/sync/live", {"Origin": "http://evil.example"}) == 4403
+    assert await close_code(client, "/sync/live?afterSeq=-5", {"Origin": "http://localhost"}) == 4400
+    # Bearer tokens are not sent by browsers on their own, so no Origin check for them.
+    async with client.websocket("/sync/live", headers={**bearer(session), "Origin": "http://other"}) as ws:
+        assert await receive(ws) == {"type": "caughtUp", "seq": 0}
