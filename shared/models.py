@@ -156,6 +156,8 @@ class DomainEvent(Wire):
             return data
         kind = data.get("type")
         payload = data.get("payload")
+        if isinstance(payload, Wire):  # a model built in Python: check it is the type's model
+            payload = payload.model_dump(by_alias=True)
         if kind in PAYLOAD_MODELS.keys() and isinstance(payload, dict):
             model = PAYLOAD_MODELS[EventType(kind)]
             data = {**data, "payload": model.model_validate(payload)}

@@ -65,3 +65,11 @@ def test_a_tool_event_must_carry_its_role() -> None:
 def test_times_must_be_times() -> None:
     with pytest.raises(ValidationError):
         Message(id=MSG, chat_id=CHAT, role="user", content="", created_at=T0 + "x")
+
+
+def test_a_payload_model_of_the_wrong_kind_is_refused() -> None:
+    from shared.models import Chat, EventType
+
+    chat = Chat(id=CHAT, title="t", created_at=T0)
+    with pytest.raises(ValidationError):
+        DomainEvent(event_id=CHAT, type=EventType.MESSAGE_APPENDED, payload=chat, created_at=T0)

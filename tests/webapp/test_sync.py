@@ -1,0 +1,235 @@
+"""The client's store and sync engine under CPython, against the real server app in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quart import Quart
+
+from server.app import create_app
+from server.config import Settings
+from shared.ids import Uuid7Generator
+from shared.models import Chat, ChatRef, DomainEvent, EventType, Message, Snapshot
+from webapp.store import FilePersistence, LocalStore, is_pending
+from webapp.sync import Status, SyncEngine
+from tests.webapp.inprocess import InProcessTransport
+
+new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
+T = "2026-11-30T12:00:00.000Z"
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[Quart]:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", ping_seconds=0.2))
+    async with app.test_app():
+        yield app
+
+
+class Device:
+    """One browser: a local database file and an engine, over an in-process transport."""
+
+    def __init__(self, app: Quart, token: str, path: Path) -> None:
+        self.path = path
+        self.transport = InProcessTransport(app.test_client(use_cookies=False), token)
+        self.changes = 0
+        self.open()
+
+    def open(self) -> None:
+        self.store = LocalStore(str(self.path), FilePersistence())
+        self.engine = SyncEngine(
+            self.store, self.transport, self._changed, lambda s: None, min_backoff=0.01, max_backoff=0.05
+        )
+
+    def reload(self) -> None:
+        """The tab is closed and opened again: memory is lost, the database file stays."""
+        self.store.close()
+        self.open()
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    async def add(self, kind: EventType, payload: Chat | ChatRef | Message) -> DomainEvent:
+        event = DomainEvent(event_id=new_id(), type=kind, payload=payload, created_at=T)
+        await self.store.add_local(event)
+        return event
+
+    async def new_chat(self) -> str:
+        chat = Chat(id=new_id(), title="chat", created_at=T)
+        await self.add(EventType.CHAT_CREATED, chat)
+        return chat.id
+
+    async def say(self, chat_id: str, text: str) -> str:
+        message = Message(id=new_id(), chat_id=chat_id, role="user", content=text, created_at=T)
+        await self.add(EventType.MESSAGE_APPENDED, message)
+        return message.id
+
+    async def sync(self) -> None:
+        await self.engine.pull()
+        await self.engine.push()
+        await self.engine.pull()
+
+
+async def signup(app: Quart) -> str:
+    response = await app.test_client().post("/auth/signup", json={"username": "ann", "password": "long enough"})
+    token: str = (await response.get_json())["token"]
+    return token
+
+
+async def server_state(device: Device) -> Snapshot:
+    state = await device.transport.state(None, None)
+    chats, messages, page = list(state.snapshot.chats), list(state.snapshot.messages), state.next_page
+    while page:
+        more = await device.transport.state(state.up_to_seq, page)
+        chats += more.snapshot.chats
+        messages += more.snapshot.messages
+        page = more.next_page
+    return Snapshot(chats=sorted(chats, key=lambda c: c.id), messages=sorted(messages, key=lambda m: m.id))
+
+
+def shown(device: Device) -> list[tuple[str, bool]]:
+    return [
+        (m.content, is_pending(m)) for c in device.store.chats() for m in device.store.messages(c.id)
+    ]
+
+
+async def test_two_devices_converge_on_the_server_state(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    chat = await a.new_chat()
+    await a.say(chat, "hello")
+    assert shown(a) == [("hello", True)]
+    await a.sync()
+    await b.sync()
+    assert shown(a) == shown(b) == [("hello", False)]
+    assert a.store.confirmed() == b.store.confirmed() == await server_state(a)
+    assert a.store.pending_count() == 0 and a.store.last_seq() == 2
+
+
+async def test_offline_messages_survive_a_reload_and_are_delivered_once(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    chat = await a.new_chat()
+    await a.sync()
+    await a.transport.go_offline()
+    await a.say(chat, "one")
+    await a.say(chat, "two")
+    with pytest.raises(Exception):
+        await a.engine.push()
+    a.reload()
+    assert shown(a) == [("one", True), ("two", True)]
+    assert a.store.outbox()[0].attempts == 1  # the failed attempt was recorded
+    a.transport.offline = False
+    await a.sync()
+    await a.sync()  # a second push sends nothing again
+    await b.sync()
+    assert shown(b) == [("one", False), ("two", False)]
+    updates = await b.transport.updates(0, 100)
+    assert [e.type for e in updates.events] == ["ChatCreated", "MessageAppended", "MessageAppended"]
+
+
+async def test_a_lost_answer_is_resent_and_counted_once(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    chat = await a.new_chat()
+    await a.say(chat, "hi")
+    # The server takes the batch but the answer never arrives: the events stay pending.
+    await a.transport.submit([p.event for p in a.store.outbox()])
+    assert a.store.pending_count() == 2
+    await a.sync()
+    assert (await a.transport.updates(0, 10)).current_seq == 2
+    assert shown(a) == [("hi", False)] and a.store.pending_count() == 0
+
+
+async def test_a_rejected_event_is_rolled_back_to_the_confirmed_state(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    chat = await a.new_chat()
+    message_id = await a.say(chat, "original")
+    await a.sync()
+    await b.sync()
+    # B deletes the chat; A, not yet knowing, edits the message in it.
+    await b.add(EventType.CHAT_DELETED, ChatRef(id=chat))
+    await b.sync()
+    edit = Message(id=message_id, chat_id=chat, role="user", content="edited", created_at=T)
+    await a.add(EventType.MESSAGE_EDITED, edit)
+    assert shown(a) == [("edited", True)]
+    await a.engine.push()
+    assert shown(a) == [("original", False)]  # rolled back to what the server had confirmed to A
+    await a.engine.pull()
+    assert shown(a) == [] and a.store.chats() == []
+    assert a.store.confirmed() == await server_state(a)
+
+
+async def test_our_own_event_arriving_before_the_push_answer_is_not_left_pending(
+    app: Quart, tmp_path: Path
+) -> None:
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    chat = await a.new_chat()
+    await a.transport.submit([p.event for p in a.store.outbox()])
+    await a.engine.pull()  # the log brings our own event back first
+    assert a.store.pending_count() == 0
+    assert [is_pending(c) for c in a.store.chats()] == [False]
+    assert a.store.chat(chat) is not None
+
+
+async def test_a_full_resync_replaces_and_keeps_pending_work(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    chat = await a.new_chat()
+    await a.say(chat, "confirmed")
+    await a.sync()
+    ghost = Chat(id=new_id(), title="ghost", created_at=T, updated_at=T, last_seq=1)
+    # A row the server does not have sneaks into the confirmed state...
+    a.store.conn.execute(
+        "INSERT INTO confirmed_chats VALUES (?, ?, ?, ?, ?)", (ghost.id, "ghost", T, T, 1)
+    )
+    await a.say(chat, "pending")
+    await a.engine.resync()
+    # ...and a resync replaces, never merges: it is gone, the pending message is still shown.
+    assert [c.title for c in a.store.chats()] == ["chat"]
+    assert shown(a) == [("confirmed", False), ("pending", True)]
+    assert a.store.confirmed() == await server_state(a)
+
+
+async def test_the_engine_follows_the_live_socket(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    statuses: list[Status] = []
+    b.engine._on_status = statuses.append
+    runs = [asyncio.ensure_future(d.engine.run()) for d in (a, b)]
+    try:
+        chat = await a.new_chat()
+        a.engine.kick()
+        await a.say(chat, "live")
+        a.engine.kick()
+
+        async def until(predicate: Any) -> None:
+            for _ in range(200):
+                if predicate():
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"timed out: a={shown(a)} b={shown(b)} {a.engine.status} {b.engine.status} {statuses}")
+
+        await until(lambda: shown(b) == [("live", False)])
+        assert Status.ONLINE in statuses
+        await b.transport.go_offline()
+        await until(lambda: b.engine.status is Status.OFFLINE)
+        await a.say(chat, "while b was away")
+        a.engine.kick()
+        b.transport.offline = False
+        await until(lambda: [t for t, _ in shown(b)] == ["live", "while b was away"])
+        await until(lambda: b.engine.status is Status.ONLINE)
+    finally:
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        for device in (a, b):
+            for socket in device.transport.sockets:
+                await socket.close()
