@@ -86,8 +86,10 @@ class Client:
 
     def redraw(self, chat_changed: bool = False) -> None:
         chats = self.store.chats()
-        if self.selected is not None and all(c.id != self.selected for c in chats):
-            self.selected, chat_changed = (chats[0].id if chats else None), True
+        if all(c.id != self.selected for c in chats):  # none chosen yet, or it was deleted
+            first = chats[0].id if chats else None
+            chat_changed = chat_changed or first != self.selected
+            self.selected = first
         self.view.set_html("chat-list", ui.chat_list(chats, self.selected))
         if chat_changed:
             self.view.set_html("chat", ui.chat_pane(self.store.chat(self.selected) if self.selected else None))

@@ -1,0 +1,44 @@
+"""Helpers that drive the app the way a person does."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+BOOT_TIMEOUT = 60_000
+
+
+def open_app(page: Page) -> None:
+    page.goto("/")
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+
+
+def sign(page: Page, username: str, password: str, signup: bool) -> None:
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click(f"button[value={'signup' if signup else 'signin'}]")
+    expect(page.locator(".sidebar")).to_be_visible()
+
+
+def wait_for_service_worker(page: Page) -> None:
+    """The service worker has precached everything and controls the page."""
+    page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=BOOT_TIMEOUT)
+
+
+def send(page: Page, text: str) -> None:
+    page.fill("textarea[name=text]", text)
+    page.keyboard.press("Enter")
+
+
+def api(base_url: str, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+    request = urllib.request.Request(
+        base_url + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
