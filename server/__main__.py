@@ -35,7 +35,7 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"serving on http://{settings.host}:{settings.port} ({settings.database_url})", file=sys.stderr)
-    await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    await serve(app, config, shutdown_trigger=stop.wait)
 
 
 if __name__ == "__main__":

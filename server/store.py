@@ -21,6 +21,7 @@ from typing import Protocol
 
 from shared.models import (
     Chat,
+    ChatRef,
     DomainEvent,
     EventResult,
     EventType,
@@ -148,6 +149,7 @@ async def validation_error(event: DomainEvent, state: StateReader) -> str | None
         assert isinstance(payload, Chat)
         return "this chat already exists" if await state.chat_exists(payload.id) else None
     if kind in (EventType.CHAT_UPDATED, EventType.CHAT_DELETED):
+        assert isinstance(payload, (Chat, ChatRef))
         return None if await state.chat_exists(payload.id) else "unknown chat"
     if isinstance(payload, (Message, MessageRef, RunRequest)):
         if not await state.chat_exists(payload.chat_id):

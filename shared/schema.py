@@ -120,11 +120,11 @@ class Sql:
             case Upsert(row=row):
                 cols = self._key() + table.column_names
                 values = scope + [row[c] for c in table.column_names]
-                params = ", ".join(self._param(i + 1) for i in range(len(cols)))
+                placeholders = ", ".join(self._param(i + 1) for i in range(len(cols)))
                 conflict = ", ".join(self._key() + ("id",))
                 updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
                 sql = (
-                    f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({params}) "
+                    f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({placeholders}) "
                     f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
                 )
                 return sql, values
