@@ -19,8 +19,10 @@ from server import auth
 from server.assets import Assets, content_type
 from server.config import Settings
 from server.live import Hub
-from server.store import CursorExpired, EventStore, InvalidPage, Rejected, SessionInfo, UsernameTaken
-from server.sqlite_store import SqliteStore
+from server.compactor import run_compactor
+from server.db import open_database
+from server.event_store import SqlEventStore
+from server.store import CursorExpired, InvalidPage, Rejected, SessionInfo, UsernameTaken
 from shared.models import (
     CaughtUpFrame,
     Credentials,
@@ -59,10 +61,11 @@ class ApiError(Exception):
         return Response(json.dumps(body), status=self.status, content_type="application/json")
 
 
-def open_store(url: str, clock: Callable[[], datetime]) -> EventStore:
-    if url.startswith("sqlite:///"):
-        return SqliteStore(url.removeprefix("sqlite:///"), clock)
-    raise SystemExit(f"unsupported database URL {url!r}: use sqlite:///path")
+def open_store(url: str, clock: Callable[[], datetime]) -> SqlEventStore:
+    try:
+        return SqlEventStore(open_database(url), clock)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def utc_now() -> datetime:
@@ -86,12 +89,19 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.extensions["store"] = store
     app.extensions["hub"] = hub
 
+    background: list[asyncio.Task[None]] = []
+
     @app.before_serving
     async def _open() -> None:
         await store.open()
+        if settings.compact_interval_seconds > 0:
+            background.append(asyncio.ensure_future(run_compactor(store, settings)))
 
     @app.after_serving
     async def _close() -> None:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await store.close()
 
     # --- errors: every one is JSON ---------------------------------------------------------------
@@ -247,6 +257,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         assert after is not None and limit is not None
         updates = await store.read_updates(session.account_id, after, limit)
+        await store.record_cursor(session.account_id, session.device_id, after)
         return json_response(
             UpdatesResponse(
                 events=updates.events, has_more=updates.has_more, current_seq=updates.current_seq
@@ -300,6 +311,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             await websocket.close(4400, "bad_request")
             return
         account = session.account_id
+        await store.record_cursor(account, session.device_id, cursor)
         wake = hub.subscribe(account)  # before the backlog read, so no commit slips between
         try:
             caught_up = False

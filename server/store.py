@@ -17,7 +17,7 @@ Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from shared.models import (
     Chat,
@@ -117,6 +117,17 @@ class EventStore(Protocol):
         """Rows with last_seq <= up_to_seq (default: now), paged; CursorExpired below the horizon."""
 
     async def current_seq(self, account_id: str) -> int: ...
+
+    async def min_available_seq(self, account_id: str) -> int:
+        """The lowest seq a cursor may ask to continue from, plus one (``after_seq + 1``)."""
+
+    async def compact(self, account_id: str, retention_seconds: float, grace_seconds: float) -> Any:
+        """Remove superseded events older than the grace period; truncate below the horizon."""
+
+    async def compact_all(self, retention_seconds: float, grace_seconds: float) -> list[Any]: ...
+
+    async def record_cursor(self, account_id: str, device_id: str, seq: int) -> None:
+        """A device has asked for the events after ``seq``: it holds everything up to it."""
 
     async def create_account(self, account_id: str, username: str, password_hash: str) -> None:
         """Raises UsernameTaken."""

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +12,8 @@ from server.config import Settings
 
 
 @pytest.fixture
-async def app(tmp_path: Path) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'chat.db'}", ping_seconds=0.5))
+async def app(database_url: str) -> AsyncIterator[Quart]:
+    app = create_app(Settings(database_url=database_url, ping_seconds=0.5))
     async with app.test_app():
         yield app
 

@@ -25,8 +25,8 @@ T = "2026-11-30T12:00:00.000Z"
 
 
 @pytest.fixture
-async def app(tmp_path: Path) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", ping_seconds=0.2))
+async def app(database_url: str) -> AsyncIterator[Quart]:
+    app = create_app(Settings(database_url=database_url, ping_seconds=0.2))
     async with app.test_app():
         yield app
 

@@ -1,0 +1,440 @@
+"""The event store: every query of the log, the state tables, compaction and accounts, written
+once for both backends (``server/db.py``). The guarantees are documented in ``server/store.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from server.db import Database, Tx, UniqueViolation
+from server.migrations import MIGRATIONS
+from server.store import (
+    Account,
+    CursorExpired,
+    InvalidPage,
+    Rejected,
+    SessionInfo,
+    StatePage,
+    Updates,
+    UsernameTaken,
+    validation_error,
+)
+from shared.models import (
+    Chat,
+    ChatRef,
+    DomainEvent,
+    EventResult,
+    LoggedEvent,
+    Message,
+    MessageRef,
+    RunCancel,
+    RunRequest,
+    Snapshot,
+    format_time,
+)
+from shared.reducer import apply
+from shared.schema import CHATS, MESSAGES, Sql, Table
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What an event touches, for compaction: ``entity`` and ``chat`` are keys such as ``c:<id>``
+    (a chat) or ``m:<id>`` (a message); ``kind`` is ``full`` (the whole entity: it supersedes the
+    entity's earlier events), ``delete`` (never superseded: a client that had the row needs it), or
+    ``patch`` (a partial change: it supersedes nothing)."""
+
+    entity: str
+    chat: str
+    kind: str
+
+
+def footprint(event: DomainEvent, chat_of_message: str | None) -> Footprint:
+    payload = event.payload
+    if isinstance(payload, Chat):
+        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
+    if isinstance(payload, ChatRef):
+        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
+    if isinstance(payload, Message):
+        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
+    if isinstance(payload, MessageRef):
+        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
+    if isinstance(payload, RunRequest):
+        return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
+    assert isinstance(payload, RunCancel)
+    return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    account_id: str
+    superseded_removed: int
+    truncated: int
+    min_available_seq: int
+
+
+class _Reader:
+    """The state as validation sees it, inside the append transaction."""
+
+    def __init__(self, tx: Tx, account_id: str) -> None:
+        self._tx = tx
+        self._account_id = account_id
+
+    async def chat_exists(self, chat_id: str) -> bool:
+        row = await self._tx.fetchone(
+            "SELECT 1 FROM chats WHERE account_id = ? AND id = ?", self._account_id, chat_id
+        )
+        return row is not None
+
+    async def message_chat(self, message_id: str) -> str | None:
+        row = await self._tx.fetchone(
+            "SELECT chat_id FROM messages WHERE account_id = ? AND id = ?", self._account_id, message_id
+        )
+        return None if row is None else str(row[0])
+
+
+def encode_page(table: str, after_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([table, after_id]).encode()).decode()
+
+
+def decode_page(token: str) -> tuple[str, str]:
+    try:
+        table, after_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError):
+        raise InvalidPage("page is not a token this server gave out") from None
+    if table not in ("chats", "messages") or not isinstance(after_id, str):
+        raise InvalidPage("page is not a token this server gave out")
+    return table, after_id
+
+
+EVENT_COLUMNS = "seq, event_id, type, payload, created_at, origin"
+
+
+def _logged(row: tuple[Any, ...]) -> LoggedEvent:
+    return LoggedEvent(
+        seq=row[0], event_id=row[1], type=row[2], payload=json.loads(row[3]), created_at=row[4], origin=row[5]
+    )
+
+
+class SqlEventStore:
+    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+        self.db = db
+        self._clock = clock
+        self._sql = Sql(db.dialect, scoped=True)
+
+    def _now(self) -> str:
+        return format_time(self._clock())
+
+    async def open(self) -> None:
+        await self.db.open()
+        await self._migrate()
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def _migrate(self) -> None:
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+        for migration in MIGRATIONS:
+            async with self.db.transaction(write=True) as tx:
+                if self.db.dialect == "postgres":  # one migrating process at a time
+                    await tx.execute("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")
+                done = await tx.fetchone("SELECT 1 FROM schema_migrations WHERE name = ?", migration.name)
+                if done is not None:
+                    continue
+                for statement in migration.statements(self.db.dialect):
+                    await tx.execute(statement)
+                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?)", migration.name, self._now())
+
+    # --- the log -------------------------------------------------------------------------------
+
+    async def _head(self, tx: Tx, account_id: str, lock: bool = False) -> tuple[int, int]:
+        row = await tx.fetchone(
+            "SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?"
+            + (self.db.lock_row if lock else ""),
+            account_id,
+        )
+        return (0, 1) if row is None else (int(row[0]), int(row[1]))
+
+    async def append(
+        self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
+    ) -> tuple[list[EventResult], int]:
+        results: list[EventResult] = []
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute(
+                "INSERT INTO logs (account_id) VALUES (?) ON CONFLICT (account_id) DO NOTHING", account_id
+            )
+            # Locks the account's log head until commit: appends of one account serialize.
+            head, _ = await self._head(tx, account_id, lock=True)
+            start = head
+            reader = _Reader(tx, account_id)
+            now = self._now()
+            for event in events:
+                row = await tx.fetchone(
+                    "SELECT seq FROM event_ids WHERE account_id = ? AND event_id = ?",
+                    account_id,
+                    event.event_id,
+                )
+                if row is not None:
+                    results.append(EventResult(event_id=event.event_id, status="duplicate", seq=int(row[0])))
+                    continue
+                error = event.error if isinstance(event, Rejected) else await validation_error(event, reader)
+                if error is not None:
+                    results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
+                    continue
+                assert isinstance(event, DomainEvent)
+                head += 1
+                logged = LoggedEvent(
+                    seq=head,
+                    origin=origin,
+                    event_id=event.event_id,
+                    type=event.type,
+                    payload=event.payload,
+                    created_at=now,
+                )
+                chat_of_message = None
+                if isinstance(event.payload, RunCancel):
+                    chat_of_message = await reader.message_chat(event.payload.message_id)
+                await self._log(tx, account_id, logged, footprint(event, chat_of_message))
+                results.append(EventResult(event_id=event.event_id, status="accepted", seq=head))
+            if head != start:
+                await tx.execute("UPDATE logs SET head_seq = ? WHERE account_id = ?", head, account_id)
+        return results, head
+
+    async def _log(self, tx: Tx, account_id: str, event: LoggedEvent, where: Footprint) -> None:
+        await tx.execute(
+            "INSERT INTO events (account_id, seq, event_id, type, payload, created_at, origin, entity, chat, kind)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            account_id,
+            event.seq,
+            event.event_id,
+            str(event.type),
+            json.dumps(event.payload.wire()),
+            event.created_at,
+            event.origin,
+            where.entity,
+            where.chat,
+            where.kind,
+        )
+        await tx.execute(
+            "INSERT INTO event_ids (account_id, event_id, seq) VALUES (?, ?, ?)",
+            account_id,
+            event.event_id,
+            event.seq,
+        )
+        for mutation in apply(event):
+            sql, params = self._sql.mutation(mutation, account_id)
+            await tx.execute(sql, *params)
+
+    async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
+        async with self.db.transaction() as tx:
+            head, min_available = await self._head(tx, account_id)
+            if after_seq + 1 < min_available:
+                raise CursorExpired(min_available, head)
+            rows = await tx.fetchall(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                account_id,
+                after_seq,
+                limit + 1,
+            )
+        events = [_logged(r) for r in rows[:limit]]
+        return Updates(events=events, has_more=len(rows) > limit, current_seq=head)
+
+    async def read_state(
+        self,
+        account_id: str,
+        up_to_seq: int | None,
+        chat_id: str | None,
+        limit: int,
+        page: str | None,
+    ) -> StatePage:
+        table_name, after_id = decode_page(page) if page else ("chats", "")
+        chats: list[Chat] = []
+        messages: list[Message] = []
+        next_page: str | None = None
+        async with self.db.transaction() as tx:
+            head, min_available = await self._head(tx, account_id)
+            n = head if up_to_seq is None else min(up_to_seq, head)
+            if n + 1 < min_available:
+                raise CursorExpired(min_available, head)
+            remaining = limit
+            for table in (CHATS, MESSAGES):
+                if table_name == "messages" and table is CHATS:
+                    continue
+                start = after_id if table.name == table_name else ""
+                rows = await self._rows(tx, table, account_id, n, chat_id, start, remaining + 1)
+                if len(rows) > remaining:
+                    rows = rows[:remaining]
+                    next_page = encode_page(table.name, rows[-1]["id"] if rows else start)
+                if table is CHATS:
+                    chats = [Chat.model_validate(r) for r in rows]
+                else:
+                    messages = [Message.model_validate(r) for r in rows]
+                remaining -= len(rows)
+                if next_page is not None:
+                    break
+        return StatePage(Snapshot(chats=chats, messages=messages), n, head, next_page)
+
+    @staticmethod
+    async def _rows(
+        tx: Tx,
+        table: Table,
+        account_id: str,
+        up_to_seq: int,
+        chat_id: str | None,
+        after_id: str,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        where = "account_id = ? AND last_seq <= ? AND id > ?"
+        params: list[Any] = [account_id, up_to_seq, after_id]
+        if chat_id is not None:
+            where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
+            params.append(chat_id)
+        cols = table.column_names
+        rows = await tx.fetchall(
+            f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where} ORDER BY id LIMIT ?", *params, limit
+        )
+        return [dict(zip(cols, row)) for row in rows]
+
+    async def current_seq(self, account_id: str) -> int:
+        async with self.db.transaction() as tx:
+            head, _ = await self._head(tx, account_id)
+        return head
+
+    async def min_available_seq(self, account_id: str) -> int:
+        async with self.db.transaction() as tx:
+            _, min_available = await self._head(tx, account_id)
+        return min_available
+
+    # --- compaction ----------------------------------------------------------------------------
+
+    async def compact(self, account_id: str, retention_seconds: float, grace_seconds: float) -> CompactionResult:
+        """One pass over an account's log (PROTOCOL.md, difference 3).
+
+        1. Superseded events older than the grace period go: a non-delete event of an entity that
+           a later full event or delete replaced, or of a message whose chat was deleted later.
+           Cursors stay valid: the later event carries the entity's state.
+        2. Everything below the retention horizon goes: the first event newer than the retention
+           window, held lower by the cursor of any device seen within that window. Cursors below
+           it expire (``CursorExpired``): those clients do a full resync.
+        """
+        now = self._clock()
+        grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
+        retention_cutoff = format_time(now - timedelta(seconds=retention_seconds))
+        async with self.db.transaction(write=True) as tx:
+            head, min_available = await self._head(tx, account_id, lock=True)
+            before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
+            await tx.execute(
+                """DELETE FROM events WHERE account_id = ? AND created_at < ? AND kind <> 'delete' AND (
+                    EXISTS (SELECT 1 FROM events later WHERE later.account_id = events.account_id
+                            AND later.entity = events.entity AND later.seq > events.seq
+                            AND later.kind <> 'patch')
+                    OR (events.entity <> events.chat AND EXISTS (
+                            SELECT 1 FROM events later WHERE later.account_id = events.account_id
+                            AND later.entity = events.chat AND later.kind = 'delete'
+                            AND later.seq > events.seq)))""",
+                account_id,
+                grace_cutoff,
+            )
+            middle = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
+            first_kept = await tx.fetchone(
+                "SELECT min(seq) FROM events WHERE account_id = ? AND created_at >= ?",
+                account_id,
+                retention_cutoff,
+            )
+            horizon = head + 1 if first_kept is None or first_kept[0] is None else int(first_kept[0])
+            cursor = await tx.fetchone(
+                "SELECT min(last_ack_seq) FROM devices WHERE account_id = ? AND last_seen_at >= ?",
+                account_id,
+                retention_cutoff,
+            )
+            if cursor is not None and cursor[0] is not None:
+                horizon = min(horizon, int(cursor[0]) + 1)
+            new_min = max(min_available, horizon)
+            await tx.execute("DELETE FROM events WHERE account_id = ? AND seq < ?", account_id, new_min)
+            after = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
+            await tx.execute(
+                "UPDATE logs SET min_available_seq = ?, compacted_at = ? WHERE account_id = ?",
+                new_min,
+                format_time(now),
+                account_id,
+            )
+        assert before is not None and middle is not None and after is not None
+        return CompactionResult(
+            account_id=account_id,
+            superseded_removed=int(before[0]) - int(middle[0]),
+            truncated=int(middle[0]) - int(after[0]),
+            min_available_seq=new_min,
+        )
+
+    async def compact_all(self, retention_seconds: float, grace_seconds: float) -> list[CompactionResult]:
+        async with self.db.transaction() as tx:
+            accounts = [str(r[0]) for r in await tx.fetchall("SELECT account_id FROM logs ORDER BY account_id")]
+        return [await self.compact(a, retention_seconds, grace_seconds) for a in accounts]
+
+    # --- accounts, devices and sessions --------------------------------------------------------
+
+    async def create_account(self, account_id: str, username: str, password_hash: str) -> None:
+        try:
+            async with self.db.transaction(write=True) as tx:
+                await tx.execute(
+                    "INSERT INTO accounts (id, username, password_hash, created_at) VALUES (?, ?, ?, ?)",
+                    account_id,
+                    username,
+                    password_hash,
+                    self._now(),
+                )
+        except UniqueViolation:
+            raise UsernameTaken(username) from None
+
+    async def find_account(self, username: str) -> Account | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone(
+                "SELECT id, username, password_hash FROM accounts WHERE username = ?", username
+            )
+        return None if row is None else Account(*row)
+
+    async def create_session(self, token_hash: str, account_id: str, device_id: str, device_name: str) -> None:
+        now = self._now()
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute(
+                "INSERT INTO devices (account_id, id, name, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)",
+                account_id,
+                device_id,
+                device_name,
+                now,
+                now,
+            )
+            await tx.execute(
+                "INSERT INTO sessions (token_hash, account_id, device_id, created_at) VALUES (?, ?, ?, ?)",
+                token_hash,
+                account_id,
+                device_id,
+                now,
+            )
+
+    async def find_session(self, token_hash: str) -> SessionInfo | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetchone("SELECT account_id, device_id FROM sessions WHERE token_hash = ?", token_hash)
+        return None if row is None else SessionInfo(*row)
+
+    async def delete_session(self, token_hash: str) -> None:
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute("DELETE FROM sessions WHERE token_hash = ?", token_hash)
+
+    async def record_cursor(self, account_id: str, device_id: str, seq: int) -> None:
+        """The device has everything up to ``seq``: compaction keeps what comes after it."""
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute(
+                "UPDATE devices SET last_seen_at = ?, last_ack_seq = ? WHERE account_id = ? AND id = ?",
+                self._now(),
+                seq,
+                account_id,
+                device_id,
+            )
