@@ -320,9 +320,9 @@ class SqlEventStore:
         1. Superseded events older than the grace period go: a non-delete event of an entity that
            a later full event or delete replaced, or of a message whose chat was deleted later.
            Cursors stay valid: the later event carries the entity's state.
-        2. Everything below the retention horizon goes: the first event newer than the retention
-           window, held lower by the cursor of any device seen within that window. Cursors below
-           it expire (``CursorExpired``): those clients do a full resync.
+        2. Everything below the retention horizon goes: just above the newest event older than the
+           retention window, held lower by the cursor of any device seen within that window.
+           Cursors below it expire (``CursorExpired``): those clients do a full resync.
         """
         now = self._clock()
         grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
@@ -343,12 +343,14 @@ class SqlEventStore:
                 grace_cutoff,
             )
             middle = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
-            first_kept = await tx.fetchone(
-                "SELECT min(seq) FROM events WHERE account_id = ? AND created_at >= ?",
+            # Just above the newest event older than the window (gaps left by superseded events
+            # must not move the horizon: those events' successors are still in the log).
+            last_old = await tx.fetchone(
+                "SELECT max(seq) FROM events WHERE account_id = ? AND created_at < ?",
                 account_id,
                 retention_cutoff,
             )
-            horizon = head + 1 if first_kept is None or first_kept[0] is None else int(first_kept[0])
+            horizon = min_available if last_old is None or last_old[0] is None else int(last_old[0]) + 1
             cursor = await tx.fetchone(
                 "SELECT min(last_ack_seq) FROM devices WHERE account_id = ? AND last_seen_at >= ?",
                 account_id,
