@@ -36,7 +36,15 @@ def _normalize_id(value: str) -> str:
         raise ValueError("must be a UUID string") from None
 
 
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
 Id = Annotated[str, AfterValidator(_normalize_id)]
+# Every free text: PostgreSQL cannot store NUL, so no store gets one.
+Text = Annotated[str, AfterValidator(_no_nul)]
 Timestamp = Annotated[str, AfterValidator(_normalize_time)]
 
 
@@ -58,7 +66,7 @@ Status = Literal["completed", "queued", "streaming", "failed_upstream", "cancell
 
 class Chat(Wire):
     id: Id
-    title: str = Field(max_length=500)
+    title: Text = Field(max_length=500)
     created_at: Timestamp
     updated_at: Timestamp | None = None  # filled by the server
     last_seq: int | None = None  # filled by the server
@@ -68,10 +76,10 @@ class Message(Wire):
     id: Id
     chat_id: Id
     role: Role
-    content: str
+    content: Text
     parent_id: Id | None = None
     status: Status = "completed"
-    assistant_id: str | None = None
+    assistant_id: Text | None = None
     run_id: Id | None = None
     created_at: Timestamp
     updated_at: Timestamp | None = None  # filled by the server
@@ -95,7 +103,7 @@ class RunRequest(Wire):
     chat_id: Id
     parent_id: Id | None = None
     message_id: Id
-    assistant_id: str = Field(min_length=1, max_length=200)
+    assistant_id: Text = Field(min_length=1, max_length=200)
 
 
 class RunCancel(Wire):
@@ -230,8 +238,8 @@ class StateResponse(Wire):
 
 class Credentials(Wire):
     username: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
-    password: str = Field(min_length=8, max_length=1024)
-    device_name: str | None = Field(default=None, max_length=200)
+    password: Text = Field(min_length=8, max_length=1024)
+    device_name: Text | None = Field(default=None, max_length=200)
 
 
 class Session(Wire):

@@ -240,3 +240,11 @@ async def test_accounts_are_isolated(client: Client) -> None:
     assert reuse["results"][0]["status"] == "accepted" and reuse["results"][0]["seq"] == 1
     alice_state = (await get(client, alice, "/sync/state"))["snapshot"]
     assert [m["content"] for m in alice_state["messages"]] == ["hi"] and len(alice_state["chats"]) == 1
+
+
+async def test_text_the_database_cannot_store_is_rejected_not_a_500(client: Client) -> None:
+    session = await signup(client)
+    chat = new_id()
+    result = await post(client, session, [chat_created(chat), message("MessageAppended", new_id(), chat, "a\u0000b")])
+    assert [r["status"] for r in result["results"]] == ["accepted", "rejected"]
+    assert "NUL" in result["results"][1]["error"]

@@ -73,3 +73,9 @@ def test_a_payload_model_of_the_wrong_kind_is_refused() -> None:
     chat = Chat(id=CHAT, title="t", created_at=T0)
     with pytest.raises(ValidationError):
         DomainEvent(event_id=CHAT, type=EventType.MESSAGE_APPENDED, payload=chat, created_at=T0)
+
+
+def test_text_with_nul_characters_is_refused() -> None:
+    # PostgreSQL cannot store NUL in text; found by the store's property test.
+    with pytest.raises(ValidationError, match="NUL"):
+        Message(id=MSG, chat_id=CHAT, role="user", content="a\x00b", created_at=T0)

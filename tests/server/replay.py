@@ -1,0 +1,47 @@
+"""Replaying events with the shared reducer into a scratch SQLite database, to compare states."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from shared.models import LoggedEvent, Snapshot
+from shared.reducer import apply
+from shared.schema import CHATS, MESSAGES, Sql
+
+SQL = Sql("sqlite", scoped=False)
+State = dict[str, dict[str, dict[str, Any]]]  # table -> id -> row
+
+
+def replay(events: list[LoggedEvent], start: Snapshot | None = None) -> State:
+    conn = sqlite3.connect(":memory:")
+    for table in (CHATS, MESSAGES):
+        for statement in SQL.create(table):
+            conn.execute(statement)
+    if start is not None:
+        for table, rows in ((CHATS, start.chats), (MESSAGES, start.messages)):
+            cols = table.column_names
+            conn.executemany(
+                f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                [[r.model_dump()[c] for c in cols] for r in rows],
+            )
+    for event in events:
+        for mutation in apply(event):
+            conn.execute(*SQL.mutation(mutation))
+    state: State = {}
+    for table in (CHATS, MESSAGES):
+        cols = table.column_names
+        rows = conn.execute(f"SELECT {', '.join(cols)} FROM {table.name}").fetchall()
+        state[table.name] = {r[0]: dict(zip(cols, r)) for r in rows}
+    return state
+
+
+def as_state(snapshot: Snapshot) -> State:
+    return {
+        "chats": {c.id: c.model_dump() for c in snapshot.chats},
+        "messages": {m.id: m.model_dump() for m in snapshot.messages},
+    }
+
+
+def at_most(state: State, n: int) -> State:
+    return {t: {k: r for k, r in rows.items() if r["last_seq"] <= n} for t, rows in state.items()}
