@@ -49,8 +49,6 @@ class Tx(Protocol):
 
 class Database(Protocol):
     dialect: Dialect
-    #: appended to the SELECT of the log head row: locks it until commit where that is needed
-    lock_row: str
 
     async def open(self) -> None: ...
 
@@ -97,7 +95,6 @@ class SqliteDatabase:
     are serialized (SQLite has one writer anyway) and commit order is seq order."""
 
     dialect: Dialect = "sqlite"
-    lock_row = ""  # BEGIN IMMEDIATE already holds the write lock
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -168,12 +165,11 @@ class _PostgresTx:
 
 
 class PostgresDatabase:
-    """An asyncpg pool. Writers lock their account's log head row (``FOR UPDATE``) until commit,
-    so appends to one account serialize and commit in seq order; readers use a consistent
-    snapshot (REPEATABLE READ, read only)."""
+    """An asyncpg pool. Writers lock their account's log head row until commit (see
+    ``SqlEventStore._lock_head``), so appends to one account serialize and commit in seq order;
+    readers use a consistent snapshot (REPEATABLE READ, read only)."""
 
     dialect: Dialect = "postgres"
-    lock_row = " FOR UPDATE"
 
     def __init__(self, url: str, min_size: int = 2, max_size: int = 20) -> None:
         self._url = url

@@ -5,8 +5,9 @@ once for both backends (``server/db.py``). The guarantees are documented in ``se
 from __future__ import annotations
 
 import base64
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,24 +78,57 @@ class CompactionResult:
     min_available_seq: int
 
 
-class _Reader:
-    """The state as validation sees it, inside the append transaction."""
+class _BatchState:
+    """The state as validation sees it while a batch is appended: what one prefetch read of the
+    rows the batch names returned, with the batch's own earlier events laid over it. So a batch
+    costs the same few round trips whatever its length."""
 
-    def __init__(self, tx: Tx, account_id: str) -> None:
-        self._tx = tx
-        self._account_id = account_id
+    def __init__(self, chats: set[str], messages: dict[str, str]) -> None:
+        self._chats = chats
+        self._messages: dict[str, str | None] = dict(messages)
 
     async def chat_exists(self, chat_id: str) -> bool:
-        row = await self._tx.fetchone(
-            "SELECT 1 FROM chats WHERE account_id = ? AND id = ?", self._account_id, chat_id
-        )
-        return row is not None
+        return chat_id in self._chats
 
     async def message_chat(self, message_id: str) -> str | None:
-        row = await self._tx.fetchone(
-            "SELECT chat_id FROM messages WHERE account_id = ? AND id = ?", self._account_id, message_id
-        )
-        return None if row is None else str(row[0])
+        chat = self._messages.get(message_id)
+        return chat if chat in self._chats else None  # a deleted chat took its messages
+
+    def apply(self, event: DomainEvent) -> None:
+        payload = event.payload
+        if isinstance(payload, Chat):
+            self._chats.add(payload.id)
+        elif isinstance(payload, ChatRef):
+            self._chats.discard(payload.id)
+            self._messages = {m: c for m, c in self._messages.items() if c != payload.id}
+        elif isinstance(payload, Message):
+            self._messages[payload.id] = payload.chat_id
+        elif isinstance(payload, MessageRef):
+            self._messages[payload.id] = None
+        elif isinstance(payload, RunRequest):
+            self._messages[payload.message_id] = payload.chat_id
+
+
+def _named_ids(events: list[DomainEvent]) -> tuple[set[str], set[str]]:
+    """The chat ids and message ids a batch refers to."""
+    chats: set[str] = set()
+    messages: set[str] = set()
+    for event in events:
+        payload = event.payload
+        if isinstance(payload, (Chat, ChatRef)):
+            chats.add(payload.id)
+        if isinstance(payload, (Message, MessageRef)):
+            chats.add(payload.chat_id)
+            messages.add(payload.id)
+        if isinstance(payload, RunRequest):
+            chats.add(payload.chat_id)
+        if isinstance(payload, (RunRequest, RunCancel)):
+            messages.add(payload.message_id)
+    return chats, messages
+
+
+def _marks(values: Iterable[object]) -> str:
+    return ", ".join("?" for _ in values) or "NULL"
 
 
 def encode_page(table: str, after_id: str) -> str:
@@ -154,37 +188,69 @@ class SqlEventStore:
 
     # --- the log -------------------------------------------------------------------------------
 
-    async def _head(self, tx: Tx, account_id: str, lock: bool = False) -> tuple[int, int]:
+    async def _head(self, tx: Tx, account_id: str) -> tuple[int, int]:
         row = await tx.fetchone(
-            "SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?"
-            + (self.db.lock_row if lock else ""),
-            account_id,
+            "SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?", account_id
         )
         return (0, 1) if row is None else (int(row[0]), int(row[1]))
+
+    @staticmethod
+    async def _lock_head(tx: Tx, account_id: str) -> tuple[int, int]:
+        """Create the account's log head row if need be, and lock it until commit (PostgreSQL's
+        ON CONFLICT DO UPDATE takes the row lock; SQLite's write transaction is exclusive)."""
+        row = await tx.fetchone(
+            "INSERT INTO logs (account_id) VALUES (?) ON CONFLICT (account_id)"
+            " DO UPDATE SET head_seq = logs.head_seq RETURNING head_seq, min_available_seq",
+            account_id,
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async def _prefetch(
+        self, tx: Tx, account_id: str, events: list[DomainEvent | Rejected]
+    ) -> tuple[dict[str, int], _BatchState]:
+        """One read for the whole batch: the eventIds already logged, and the named rows."""
+        valid = [e for e in events if isinstance(e, DomainEvent)]
+        chat_ids, message_ids = _named_ids(valid)
+        event_ids = {e.event_id for e in events}
+        rows = await tx.fetchall(
+            f"""SELECT 'e', event_id, CAST(seq AS TEXT) FROM event_ids WHERE account_id = ? AND event_id IN ({_marks(event_ids)})
+            UNION ALL
+            SELECT 'm', id, chat_id FROM messages WHERE account_id = ? AND id IN ({_marks(message_ids)})
+            UNION ALL
+            SELECT 'c', id, NULL FROM chats WHERE account_id = ? AND (id IN ({_marks(chat_ids)})
+                OR id IN (SELECT chat_id FROM messages WHERE account_id = ? AND id IN ({_marks(message_ids)})))""",
+            account_id,
+            *event_ids,
+            account_id,
+            *message_ids,
+            account_id,
+            *chat_ids,
+            account_id,
+            *message_ids,
+        )
+        logged = {str(r[1]): int(r[2]) for r in rows if r[0] == "e"}
+        messages = {str(r[1]): str(r[2]) for r in rows if r[0] == "m"}
+        chats = {str(r[1]) for r in rows if r[0] == "c"}
+        return logged, _BatchState(chats, messages)
 
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
         results: list[EventResult] = []
         async with self.db.transaction(write=True) as tx:
-            await tx.execute(
-                "INSERT INTO logs (account_id) VALUES (?) ON CONFLICT (account_id) DO NOTHING", account_id
-            )
-            # Locks the account's log head until commit: appends of one account serialize.
-            head, _ = await self._head(tx, account_id, lock=True)
+            head, _ = await self._lock_head(tx, account_id)
             start = head
-            reader = _Reader(tx, account_id)
+            logged_ids, state = await self._prefetch(tx, account_id, events)
             now = self._now()
+            log_rows: list[tuple[Any, ...]] = []
+            mutations: list[tuple[str, list[Any]]] = []
             for event in events:
-                row = await tx.fetchone(
-                    "SELECT seq FROM event_ids WHERE account_id = ? AND event_id = ?",
-                    account_id,
-                    event.event_id,
-                )
-                if row is not None:
-                    results.append(EventResult(event_id=event.event_id, status="duplicate", seq=int(row[0])))
+                seq = logged_ids.get(event.event_id)
+                if seq is not None:
+                    results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
                     continue
-                error = event.error if isinstance(event, Rejected) else await validation_error(event, reader)
+                error = event.error if isinstance(event, Rejected) else await validation_error(event, state)
                 if error is not None:
                     results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
                     continue
@@ -200,37 +266,42 @@ class SqlEventStore:
                 )
                 chat_of_message = None
                 if isinstance(event.payload, RunCancel):
-                    chat_of_message = await reader.message_chat(event.payload.message_id)
-                await self._log(tx, account_id, logged, footprint(event, chat_of_message))
+                    chat_of_message = await state.message_chat(event.payload.message_id)
+                where = footprint(event, chat_of_message)
+                log_rows.append(
+                    (account_id, head, event.event_id, str(event.type), json.dumps(event.payload.wire()),
+                     now, origin, where.entity, where.chat, where.kind)
+                )
+                mutations += [self._sql.mutation(m, account_id) for m in apply(logged)]
+                state.apply(event)
+                logged_ids[event.event_id] = head
                 results.append(EventResult(event_id=event.event_id, status="accepted", seq=head))
             if head != start:
-                await tx.execute("UPDATE logs SET head_seq = ? WHERE account_id = ?", head, account_id)
+                await self._write(tx, account_id, log_rows, mutations, head)
         return results, head
 
-    async def _log(self, tx: Tx, account_id: str, event: LoggedEvent, where: Footprint) -> None:
-        await tx.execute(
+    @staticmethod
+    async def _write(
+        tx: Tx,
+        account_id: str,
+        log_rows: list[tuple[Any, ...]],
+        mutations: list[tuple[str, list[Any]]],
+        head: int,
+    ) -> None:
+        """The batch's writes, in order, as few statements as possible: a run of mutations with
+        the same SQL (a batch of new messages, say) is one executemany."""
+        await tx.executemany(
             "INSERT INTO events (account_id, seq, event_id, type, payload, created_at, origin, entity, chat, kind)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            account_id,
-            event.seq,
-            event.event_id,
-            str(event.type),
-            json.dumps(event.payload.wire()),
-            event.created_at,
-            event.origin,
-            where.entity,
-            where.chat,
-            where.kind,
+            log_rows,
         )
-        await tx.execute(
+        await tx.executemany(
             "INSERT INTO event_ids (account_id, event_id, seq) VALUES (?, ?, ?)",
-            account_id,
-            event.event_id,
-            event.seq,
+            [(account_id, row[2], row[1]) for row in log_rows],
         )
-        for mutation in apply(event):
-            sql, params = self._sql.mutation(mutation, account_id)
-            await tx.execute(sql, *params)
+        for sql, group in itertools.groupby(mutations, key=lambda m: m[0]):
+            await tx.executemany(sql, [params for _, params in group])
+        await tx.execute("UPDATE logs SET head_seq = ? WHERE account_id = ?", head, account_id)
 
     async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
         async with self.db.transaction() as tx:
@@ -328,7 +399,7 @@ class SqlEventStore:
         grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
         retention_cutoff = format_time(now - timedelta(seconds=retention_seconds))
         async with self.db.transaction(write=True) as tx:
-            head, min_available = await self._head(tx, account_id, lock=True)
+            head, min_available = await self._lock_head(tx, account_id)
             before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
             await tx.execute(
                 """DELETE FROM events WHERE account_id = ? AND created_at < ? AND kind <> 'delete' AND (

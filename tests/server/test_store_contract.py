@@ -209,3 +209,31 @@ async def test_concurrent_appends_to_one_account_serialize(store: SqlEventStore)
     account = new_id()
     results = await asyncio.gather(*(store.append(account, "dev", parse(chat_created(new_id()))) for _ in range(20)))
     assert sorted(r[0][0].seq for r in results) == list(range(1, 21))
+
+
+async def test_a_batch_sees_its_own_earlier_events(store: SqlEventStore) -> None:
+    account, chat, msg = new_id(), new_id(), new_id()
+    created = chat_created(chat)
+    batch = parse(
+        created,
+        message("MessageAppended", msg, chat),
+        created,  # the same eventId again within the batch
+        message("MessageEdited", msg, chat, "edited"),
+        event("ChatDeleted", {"id": chat}),
+        event("AssistantRunCancelled", {"runId": new_id(), "messageId": msg}),  # went with its chat
+        message("MessageAppended", new_id(), chat),
+        chat_created(chat, "again"),
+    )
+    results, head = await store.append(account, "dev", batch)
+    assert [(r.status, r.seq, r.error) for r in results] == [
+        ("accepted", 1, None),
+        ("accepted", 2, None),
+        ("duplicate", 1, None),
+        ("accepted", 3, None),
+        ("accepted", 4, None),
+        ("rejected", None, "unknown message"),
+        ("rejected", None, "unknown chat"),
+        ("accepted", 5, None),
+    ]
+    state = await store.read_state(account, None, None, 100, None)
+    assert [c.title for c in state.snapshot.chats] == ["again"] and state.snapshot.messages == []

@@ -1,0 +1,33 @@
+"""The app as `python -m server serve` runs it, plus one trivial JSON POST route: the ceiling of
+what Quart on Hypercorn does here at all. Only the benchmarks start it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+from quart import Response, request
+
+from server.app import create_app
+from server.config import Settings
+
+
+def main() -> None:
+    port, database_url = int(sys.argv[1]), sys.argv[2]
+    app = create_app(Settings(database_url=database_url, compact_interval_seconds=0))
+
+    @app.post("/bench/echo")
+    async def echo() -> Response:
+        body = json.loads(await request.get_data())
+        return Response(json.dumps({"ok": True, "n": len(body)}), content_type="application/json")
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    asyncio.run(serve(app, config))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
