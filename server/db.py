@@ -58,6 +58,9 @@ class Database(Protocol):
     def transaction(self, write: bool = False) -> Any:
         """``async with db.transaction(write=True) as tx: ...``; commits, or rolls back on error."""
 
+    async def read_one(self, sql: str, *params: Any) -> Row | None:
+        """One single-statement read, with no transaction around it (the cheapest round trip)."""
+
 
 def open_database(url: str) -> Database:
     if url.startswith("sqlite:///"):
@@ -135,6 +138,10 @@ class SqliteDatabase:
                 raise
             await conn.commit()
 
+    async def read_one(self, sql: str, *params: Any) -> Row | None:
+        async with self.transaction() as tx:
+            return await tx.fetchone(sql, *params)
+
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
 
@@ -164,6 +171,11 @@ class _PostgresTx:
         return [tuple(r) for r in await self._conn.fetch(_numbered(sql), *params)]
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool connections go back as they are: our queries leave no session state behind (no SET,
+    LISTEN, advisory lock or cursor), so asyncpg's reset query would be a wasted round trip."""
+
+
 class PostgresDatabase:
     """An asyncpg pool. Writers lock their account's log head row until commit (see
     ``SqlEventStore._lock_head``), so appends to one account serialize and commit in seq order;
@@ -179,7 +191,7 @@ class PostgresDatabase:
     async def open(self) -> None:
         try:
             self._pool = await asyncpg.create_pool(
-                self._url, min_size=self._sizes[0], max_size=self._sizes[1]
+                self._url, min_size=self._sizes[0], max_size=self._sizes[1], reset=_keep_session
             )
         except (OSError, asyncpg.PostgresError) as e:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self._url}: {e}") from e
@@ -200,3 +212,9 @@ class PostgresDatabase:
                     yield _PostgresTx(conn)
             except asyncpg.UniqueViolationError as e:
                 raise UniqueViolation(str(e)) from e
+
+    async def read_one(self, sql: str, *params: Any) -> Row | None:
+        if self._pool is None:
+            raise DatabaseUnavailable("the database is not open")
+        record = await self._pool.fetchrow(_numbered(sql), *params)
+        return None if record is None else tuple(record)

@@ -493,8 +493,7 @@ class SqlEventStore:
             )
 
     async def find_session(self, token_hash: str) -> SessionInfo | None:
-        async with self.db.transaction() as tx:
-            row = await tx.fetchone("SELECT account_id, device_id FROM sessions WHERE token_hash = ?", token_hash)
+        row = await self.db.read_one("SELECT account_id, device_id FROM sessions WHERE token_hash = ?", token_hash)
         return None if row is None else SessionInfo(*row)
 
     async def delete_session(self, token_hash: str) -> None:

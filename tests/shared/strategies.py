@@ -27,8 +27,10 @@ ids = st.uuids().map(str)
 times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
 ).map(format_time)
-# Any text but NUL, which the models refuse (PostgreSQL cannot store it).
-text = st.text(st.characters(exclude_characters="\x00"), max_size=200)
+# Any text the wire can carry: no NUL (PostgreSQL cannot store it; the models refuse it) and no
+# lone surrogates (not encodable as UTF-8).
+characters = st.characters(exclude_characters="\x00", exclude_categories=["Cs"])
+text = st.text(characters, max_size=200)
 seqs = st.integers(min_value=1, max_value=2**53)
 
 def model(cls: type[T], **fields: st.SearchStrategy[object]) -> st.SearchStrategy[T]:
@@ -37,7 +39,7 @@ def model(cls: type[T], **fields: st.SearchStrategy[object]) -> st.SearchStrateg
     return st.fixed_dictionaries(fields).map(lambda values: cls(**values))
 
 
-chats = model(Chat, id=ids, title=st.text(st.characters(exclude_characters="\x00"), max_size=100), created_at=times)
+chats = model(Chat, id=ids, title=st.text(characters, max_size=100), created_at=times)
 
 
 def messages(role: str | None = None) -> st.SearchStrategy[Message]:
@@ -49,7 +51,7 @@ def messages(role: str | None = None) -> st.SearchStrategy[Message]:
         content=text,
         parent_id=st.none() | ids,
         status=st.sampled_from(["completed", "queued", "streaming", "failed_upstream", "cancelled"]),
-        assistant_id=st.none() | st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20),
+        assistant_id=st.none() | st.text(characters, min_size=1, max_size=20),
         run_id=st.none() | ids,
         created_at=times,
     )
@@ -71,7 +73,7 @@ PAYLOADS: dict[EventType, st.SearchStrategy[object]] = {
         chat_id=ids,
         parent_id=st.none() | ids,
         message_id=ids,
-        assistant_id=st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20),
+        assistant_id=st.text(characters, min_size=1, max_size=20),
     ),
     EventType.ASSISTANT_RUN_CANCELLED: model(RunCancel, run_id=ids, message_id=ids),
 }
