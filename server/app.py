@@ -17,12 +17,18 @@ from werkzeug.exceptions import HTTPException
 
 from server import auth
 from server.assets import Assets, content_type
-from server.config import Settings
-from server.live import Hub
 from server.compactor import run_compactor
+from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
-from server.store import CursorExpired, InvalidPage, Rejected, SessionInfo, UsernameTaken
+from server.live import Hub
+from server.store import (
+    CursorExpired,
+    InvalidPage,
+    Rejected,
+    SessionInfo,
+    UsernameTaken,
+)
 from shared.models import (
     CaughtUpFrame,
     Credentials,

@@ -161,7 +161,10 @@ class _PostgresTx:
         await self._conn.execute(_numbered(sql), *params)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self._conn.executemany(_numbered(sql), rows)
+        if len(rows) == 1:  # asyncpg's executemany costs more than a plain execute for one row
+            await self._conn.execute(_numbered(sql), *rows[0])
+        elif rows:
+            await self._conn.executemany(_numbered(sql), rows)
 
     async def fetchone(self, sql: str, *params: Any) -> Row | None:
         record = await self._conn.fetchrow(_numbered(sql), *params)

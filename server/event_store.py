@@ -5,13 +5,13 @@ once for both backends (``server/db.py``). The guarantees are documented in ``se
 from __future__ import annotations
 
 import base64
-import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from server.appender import Appender, lock_heads
 from server.db import Database, Tx, UniqueViolation
 from server.migrations import MIGRATIONS
 from server.store import (
@@ -23,51 +23,17 @@ from server.store import (
     StatePage,
     Updates,
     UsernameTaken,
-    validation_error,
 )
 from shared.models import (
     Chat,
-    ChatRef,
     DomainEvent,
     EventResult,
     LoggedEvent,
     Message,
-    MessageRef,
-    RunCancel,
-    RunRequest,
     Snapshot,
     format_time,
 )
-from shared.reducer import apply
-from shared.schema import CHATS, MESSAGES, Sql, Table
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What an event touches, for compaction: ``entity`` and ``chat`` are keys such as ``c:<id>``
-    (a chat) or ``m:<id>`` (a message); ``kind`` is ``full`` (the whole entity: it supersedes the
-    entity's earlier events), ``delete`` (never superseded: a client that had the row needs it), or
-    ``patch`` (a partial change: it supersedes nothing)."""
-
-    entity: str
-    chat: str
-    kind: str
-
-
-def footprint(event: DomainEvent, chat_of_message: str | None) -> Footprint:
-    payload = event.payload
-    if isinstance(payload, Chat):
-        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
-    if isinstance(payload, ChatRef):
-        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
-    if isinstance(payload, Message):
-        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
-    if isinstance(payload, MessageRef):
-        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
-    if isinstance(payload, RunRequest):
-        return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
-    assert isinstance(payload, RunCancel)
-    return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
+from shared.schema import CHATS, MESSAGES, Table
 
 
 @dataclass(frozen=True)
@@ -76,59 +42,6 @@ class CompactionResult:
     superseded_removed: int
     truncated: int
     min_available_seq: int
-
-
-class _BatchState:
-    """The state as validation sees it while a batch is appended: what one prefetch read of the
-    rows the batch names returned, with the batch's own earlier events laid over it. So a batch
-    costs the same few round trips whatever its length."""
-
-    def __init__(self, chats: set[str], messages: dict[str, str]) -> None:
-        self._chats = chats
-        self._messages: dict[str, str | None] = dict(messages)
-
-    async def chat_exists(self, chat_id: str) -> bool:
-        return chat_id in self._chats
-
-    async def message_chat(self, message_id: str) -> str | None:
-        chat = self._messages.get(message_id)
-        return chat if chat in self._chats else None  # a deleted chat took its messages
-
-    def apply(self, event: DomainEvent) -> None:
-        payload = event.payload
-        if isinstance(payload, Chat):
-            self._chats.add(payload.id)
-        elif isinstance(payload, ChatRef):
-            self._chats.discard(payload.id)
-            self._messages = {m: c for m, c in self._messages.items() if c != payload.id}
-        elif isinstance(payload, Message):
-            self._messages[payload.id] = payload.chat_id
-        elif isinstance(payload, MessageRef):
-            self._messages[payload.id] = None
-        elif isinstance(payload, RunRequest):
-            self._messages[payload.message_id] = payload.chat_id
-
-
-def _named_ids(events: list[DomainEvent]) -> tuple[set[str], set[str]]:
-    """The chat ids and message ids a batch refers to."""
-    chats: set[str] = set()
-    messages: set[str] = set()
-    for event in events:
-        payload = event.payload
-        if isinstance(payload, (Chat, ChatRef)):
-            chats.add(payload.id)
-        if isinstance(payload, (Message, MessageRef)):
-            chats.add(payload.chat_id)
-            messages.add(payload.id)
-        if isinstance(payload, RunRequest):
-            chats.add(payload.chat_id)
-        if isinstance(payload, (RunRequest, RunCancel)):
-            messages.add(payload.message_id)
-    return chats, messages
-
-
-def _marks(values: Iterable[object]) -> str:
-    return ", ".join("?" for _ in values) or "NULL"
 
 
 def encode_page(table: str, after_id: str) -> str:
@@ -158,7 +71,7 @@ class SqlEventStore:
     def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
         self.db = db
         self._clock = clock
-        self._sql = Sql(db.dialect, scoped=True)
+        self._appender = Appender(db, clock)
 
     def _now(self) -> str:
         return format_time(self._clock())
@@ -194,114 +107,10 @@ class SqlEventStore:
         )
         return (0, 1) if row is None else (int(row[0]), int(row[1]))
 
-    @staticmethod
-    async def _lock_head(tx: Tx, account_id: str) -> tuple[int, int]:
-        """Create the account's log head row if need be, and lock it until commit (PostgreSQL's
-        ON CONFLICT DO UPDATE takes the row lock; SQLite's write transaction is exclusive)."""
-        row = await tx.fetchone(
-            "INSERT INTO logs (account_id) VALUES (?) ON CONFLICT (account_id)"
-            " DO UPDATE SET head_seq = logs.head_seq RETURNING head_seq, min_available_seq",
-            account_id,
-        )
-        assert row is not None
-        return int(row[0]), int(row[1])
-
-    async def _prefetch(
-        self, tx: Tx, account_id: str, events: list[DomainEvent | Rejected]
-    ) -> tuple[dict[str, int], _BatchState]:
-        """One read for the whole batch: the eventIds already logged, and the named rows."""
-        valid = [e for e in events if isinstance(e, DomainEvent)]
-        chat_ids, message_ids = _named_ids(valid)
-        event_ids = {e.event_id for e in events}
-        rows = await tx.fetchall(
-            f"""SELECT 'e', event_id, CAST(seq AS TEXT) FROM event_ids WHERE account_id = ? AND event_id IN ({_marks(event_ids)})
-            UNION ALL
-            SELECT 'm', id, chat_id FROM messages WHERE account_id = ? AND id IN ({_marks(message_ids)})
-            UNION ALL
-            SELECT 'c', id, NULL FROM chats WHERE account_id = ? AND (id IN ({_marks(chat_ids)})
-                OR id IN (SELECT chat_id FROM messages WHERE account_id = ? AND id IN ({_marks(message_ids)})))""",
-            account_id,
-            *event_ids,
-            account_id,
-            *message_ids,
-            account_id,
-            *chat_ids,
-            account_id,
-            *message_ids,
-        )
-        logged = {str(r[1]): int(r[2]) for r in rows if r[0] == "e"}
-        messages = {str(r[1]): str(r[2]) for r in rows if r[0] == "m"}
-        chats = {str(r[1]) for r in rows if r[0] == "c"}
-        return logged, _BatchState(chats, messages)
-
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
-        results: list[EventResult] = []
-        async with self.db.transaction(write=True) as tx:
-            head, _ = await self._lock_head(tx, account_id)
-            start = head
-            logged_ids, state = await self._prefetch(tx, account_id, events)
-            now = self._now()
-            log_rows: list[tuple[Any, ...]] = []
-            mutations: list[tuple[str, list[Any]]] = []
-            for event in events:
-                seq = logged_ids.get(event.event_id)
-                if seq is not None:
-                    results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
-                    continue
-                error = event.error if isinstance(event, Rejected) else await validation_error(event, state)
-                if error is not None:
-                    results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
-                    continue
-                assert isinstance(event, DomainEvent)
-                head += 1
-                logged = LoggedEvent(
-                    seq=head,
-                    origin=origin,
-                    event_id=event.event_id,
-                    type=event.type,
-                    payload=event.payload,
-                    created_at=now,
-                )
-                chat_of_message = None
-                if isinstance(event.payload, RunCancel):
-                    chat_of_message = await state.message_chat(event.payload.message_id)
-                where = footprint(event, chat_of_message)
-                log_rows.append(
-                    (account_id, head, event.event_id, str(event.type), json.dumps(event.payload.wire()),
-                     now, origin, where.entity, where.chat, where.kind)
-                )
-                mutations += [self._sql.mutation(m, account_id) for m in apply(logged)]
-                state.apply(event)
-                logged_ids[event.event_id] = head
-                results.append(EventResult(event_id=event.event_id, status="accepted", seq=head))
-            if head != start:
-                await self._write(tx, account_id, log_rows, mutations, head)
-        return results, head
-
-    @staticmethod
-    async def _write(
-        tx: Tx,
-        account_id: str,
-        log_rows: list[tuple[Any, ...]],
-        mutations: list[tuple[str, list[Any]]],
-        head: int,
-    ) -> None:
-        """The batch's writes, in order, as few statements as possible: a run of mutations with
-        the same SQL (a batch of new messages, say) is one executemany."""
-        await tx.executemany(
-            "INSERT INTO events (account_id, seq, event_id, type, payload, created_at, origin, entity, chat, kind)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            log_rows,
-        )
-        await tx.executemany(
-            "INSERT INTO event_ids (account_id, event_id, seq) VALUES (?, ?, ?)",
-            [(account_id, row[2], row[1]) for row in log_rows],
-        )
-        for sql, group in itertools.groupby(mutations, key=lambda m: m[0]):
-            await tx.executemany(sql, [params for _, params in group])
-        await tx.execute("UPDATE logs SET head_seq = ? WHERE account_id = ?", head, account_id)
+        return await self._appender.append(account_id, origin, events)
 
     async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
         async with self.db.transaction() as tx:
@@ -399,7 +208,7 @@ class SqlEventStore:
         grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
         retention_cutoff = format_time(now - timedelta(seconds=retention_seconds))
         async with self.db.transaction(write=True) as tx:
-            head, min_available = await self._lock_head(tx, account_id)
+            [(_, head, min_available)] = await lock_heads(tx, [account_id])
             before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
             await tx.execute(
                 """DELETE FROM events WHERE account_id = ? AND created_at < ? AND kind <> 'delete' AND (

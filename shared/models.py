@@ -164,7 +164,10 @@ class DomainEvent(Wire):
             return data
         kind = data.get("type")
         payload = data.get("payload")
-        if isinstance(payload, Wire):  # a model built in Python: check it is the type's model
+        model = PAYLOAD_MODELS.get(kind) if isinstance(kind, str) else None  # type: ignore[call-overload]
+        if model is not None and type(payload) is model:
+            return data  # already the type's model
+        if isinstance(payload, Wire):  # a model of another kind: validate its fields as this kind's
             payload = payload.model_dump(by_alias=True)
         if kind in PAYLOAD_MODELS.keys() and isinstance(payload, dict):
             model = PAYLOAD_MODELS[EventType(kind)]

@@ -14,7 +14,6 @@ from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import Transport
 
-
 log = logging.getLogger(__name__)
 
 

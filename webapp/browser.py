@@ -9,9 +9,11 @@ import asyncio
 import json
 import os
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import js  # type: ignore[import-not-found]
+from pydantic import TypeAdapter
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 from pyodide.http import pyfetch  # type: ignore[import-not-found]
 
@@ -25,9 +27,6 @@ from shared.models import (
     UpdatesResponse,
     format_time,
 )
-from pydantic import TypeAdapter
-from datetime import datetime, timezone
-
 from webapp.app import AuthFailed, Client, Services
 from webapp.store import LocalStore
 from webapp.transport import (

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from shared.models import DomainEvent, StateResponse, SubmitResponse, UpdatesResponse
-from shared.models import EventFrame, CaughtUpFrame, DeltaFrame, PingFrame
+from shared.models import (
+    CaughtUpFrame,
+    DeltaFrame,
+    DomainEvent,
+    EventFrame,
+    PingFrame,
+    StateResponse,
+    SubmitResponse,
+    UpdatesResponse,
+)
 
 
 class NetworkError(Exception):

@@ -22,12 +22,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
 import asyncpg
 
 from server.config import ROOT
-from tests.conftest import POSTGRES_URL, drop_schema, postgres_schema
+from tests.conftest import drop_schema, postgres_schema
 from tests.e2e.conftest import free_port
 
 CONCURRENCY = 16

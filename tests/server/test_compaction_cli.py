@@ -11,8 +11,8 @@ import pytest
 
 from server.app import create_app
 from server.config import ROOT, Settings
-from server.event_store import SqlEventStore
 from server.db import open_database
+from server.event_store import SqlEventStore
 from server.store import CursorExpired
 from shared.models import DomainEvent
 from tests.server.events import chat_created, new_id

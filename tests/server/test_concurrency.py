@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from server.appender import Appender
 from server.event_store import SqlEventStore
 from shared.models import DomainEvent
 from tests.server.events import chat_created, new_id
@@ -30,14 +31,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def test_readers_never_skip_or_repeat_a_seq(store: SqlEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = SqlEventStore._write
+    real_write = Appender._write
 
     async def slow_write(*args: Any) -> None:
         # Widen the window between writing a seq and committing it.
         await real_write(*args)
         await asyncio.sleep(random.random() * 0.005)
 
-    monkeypatch.setattr(SqlEventStore, "_write", staticmethod(slow_write))
+    monkeypatch.setattr(Appender, "_write", staticmethod(slow_write))
     account = new_id()
     total = WRITERS * EVENTS_EACH
     done = asyncio.Event()
@@ -67,3 +68,47 @@ async def test_readers_never_skip_or_repeat_a_seq(store: SqlEventStore, monkeypa
     assert await store.current_seq(account) == total
     for sequence in seen:
         assert sequence == list(range(1, total + 1))
+
+
+async def test_concurrent_requests_share_transactions(store: SqlEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    transactions = 0
+    real_transaction = Appender._transaction
+
+    async def counting(self: Appender, group: Any) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real_transaction(self, group)
+
+    monkeypatch.setattr(Appender, "_transaction", counting)
+    accounts = [new_id() for _ in range(20)]
+    outcomes = await asyncio.gather(
+        *(store.append(a, "dev", [DomainEvent.model_validate(chat_created(new_id()))]) for a in accounts)
+    )
+    assert all(o[0][0].status == "accepted" for o in outcomes)
+    assert transactions < len(accounts) / 2  # group commit: far fewer transactions than requests
+    for account in accounts:
+        assert await store.current_seq(account) == 1
+
+
+async def test_a_failing_request_does_not_fail_the_others_it_shared_a_transaction_with(
+    store: SqlEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import server.appender
+
+    real_apply = server.appender.apply
+    poisoned = new_id()
+
+    def poisoned_apply(logged: Any) -> Any:
+        if logged.payload.id == poisoned:
+            raise RuntimeError("this request's own failure")
+        return real_apply(logged)
+
+    monkeypatch.setattr(server.appender, "apply", poisoned_apply)
+    accounts = [new_id() for _ in range(10)]
+    calls = [store.append(a, "dev", [DomainEvent.model_validate(chat_created(new_id()))]) for a in accounts]
+    calls.insert(5, store.append(accounts[0], "dev", [DomainEvent.model_validate(chat_created(poisoned))]))
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(outcomes.pop(5), RuntimeError)
+    assert all(not isinstance(o, BaseException) and o[0][0].status == "accepted" for o in outcomes)
+    assert [await store.current_seq(a) for a in accounts] == [1] * len(accounts)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import server.event_store
+import server.appender
 from server.event_store import SqlEventStore
 from server.store import CursorExpired, Rejected
 from shared.models import DomainEvent
@@ -70,7 +70,7 @@ async def test_an_error_in_the_middle_of_a_batch_applies_nothing(
 ) -> None:
     account, chat = new_id(), new_id()
     await store.append(account, "dev", parse(chat_created(chat)))
-    real_apply = server.event_store.apply
+    real_apply = server.appender.apply
     calls = 0
 
     def failing_apply(logged: Any) -> Any:
@@ -80,11 +80,11 @@ async def test_an_error_in_the_middle_of_a_batch_applies_nothing(
             raise RuntimeError("injected failure")
         return real_apply(logged)
 
-    monkeypatch.setattr(server.event_store, "apply", failing_apply)
+    monkeypatch.setattr(server.appender, "apply", failing_apply)
     batch = parse(message("MessageAppended", new_id(), chat), message("MessageAppended", new_id(), chat))
     with pytest.raises(RuntimeError, match="injected"):
         await store.append(account, "dev", batch)
-    monkeypatch.setattr(server.event_store, "apply", real_apply)
+    monkeypatch.setattr(server.appender, "apply", real_apply)
 
     assert await store.current_seq(account) == 1
     assert [e.seq for e in (await store.read_updates(account, 0, 10)).events] == [1]

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from server.event_store import SqlEventStore
 from server.store import Rejected
 from shared.models import DomainEvent, LoggedEvent, Snapshot
-from tests.shared.strategies import characters
 from tests.server.events import chat_created, event, message, new_id
 from tests.server.replay import as_state, at_most, replay
 from tests.server.stores import Clock, open_store
+from tests.shared.strategies import characters
 
 TEXT = st.text(characters, max_size=8)
 

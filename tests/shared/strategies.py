@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-
 from typing import TypeVar
 
 from hypothesis import strategies as st

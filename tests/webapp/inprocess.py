@@ -6,11 +6,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import TypeAdapter
 from quart.testing.connections import WebsocketDisconnectError
 from quart.typing import TestClientProtocol as Client
 
-from shared.models import DomainEvent, Frame, StateResponse, SubmitResponse, UpdatesResponse
-from pydantic import TypeAdapter
+from shared.models import (
+    DomainEvent,
+    Frame,
+    StateResponse,
+    SubmitResponse,
+    UpdatesResponse,
+)
 from webapp.transport import (
     AnyFrame,
     CursorExpiredError,

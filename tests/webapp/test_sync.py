@@ -16,9 +16,9 @@ from server.app import create_app
 from server.config import Settings
 from shared.ids import Uuid7Generator
 from shared.models import Chat, ChatRef, DomainEvent, EventType, Message, Snapshot
+from tests.webapp.inprocess import InProcessTransport
 from webapp.store import FilePersistence, LocalStore, is_pending
 from webapp.sync import Status, SyncEngine
-from tests.webapp.inprocess import InProcessTransport
 
 new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
 T = "2026-11-30T12:00:00.000Z"
