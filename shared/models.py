@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -19,6 +20,10 @@ def format_time(moment: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+_CANONICAL_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _normalize_time(value: str) -> str:
     try:
         moment = datetime.fromisoformat(value)
@@ -26,10 +31,14 @@ def _normalize_time(value: str) -> str:
         raise ValueError("must be an RFC 3339 time such as 2026-11-30T12:00:00.123Z") from None
     if moment.tzinfo is None:
         raise ValueError("must carry a timezone (for example a trailing Z)")
+    if _CANONICAL_TIME.fullmatch(value):
+        return value  # already UTC with milliseconds (the common case, and a hot path)
     return format_time(moment)
 
 
 def _normalize_id(value: str) -> str:
+    if _CANONICAL_ID.fullmatch(value):
+        return value  # already the canonical lowercase form (the common case, and a hot path)
     try:
         return str(uuid.UUID(value))
     except ValueError:

@@ -7,6 +7,7 @@ shard by account); the browser's local copy holds one account and has no such co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 from typing import Any, Literal
 
 from shared.reducer import Delete, DeleteChildren, Mutation, Patch, Upsert
@@ -27,7 +28,7 @@ class Table:
     columns: tuple[Column, ...]
     indexes: tuple[tuple[str, ...], ...] = ()  # besides the primary key (id)
 
-    @property
+    @cached_property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
@@ -115,31 +116,41 @@ class Sql:
         """The statement and parameters that carry out one reducer mutation."""
         scope: list[Any] = [account_id] if self.scoped else []
         table = TABLES[mutation.table]
-        name = self.name(table)
         match mutation:
             case Upsert(row=row):
-                cols = self._key() + table.column_names
-                values = scope + [row[c] for c in table.column_names]
-                placeholders = ", ".join(self._param(i + 1) for i in range(len(cols)))
-                conflict = ", ".join(self._key() + ("id",))
-                updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
-                sql = (
-                    f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({placeholders}) "
-                    f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
-                )
-                return sql, values
+                return self._upsert(table), scope + [row[c] for c in table.column_names]
             case Delete(id=row_id):
-                return f"DELETE FROM {name} WHERE {self._where(('id',), 1)}", scope + [row_id]
+                return self._delete(table, "id"), scope + [row_id]
             case DeleteChildren(column=column, value=value):
-                return f"DELETE FROM {name} WHERE {self._where((column,), 1)}", scope + [value]
+                return self._delete(table, column), scope + [value]
             case Patch(id=row_id, values=values, only_if_status=statuses):
-                sets = ", ".join(f"{c} = {self._param(i + 1)}" for i, c in enumerate(values))
-                params = list(values.values()) + scope + [row_id]
-                where = self._where(("id",), len(values) + 1)
-                if statuses:
-                    start = len(params) + 1
-                    marks = ", ".join(self._param(start + i) for i in range(len(statuses)))
-                    where += f" AND status IN ({marks})"
-                    params += list(statuses)
-                return f"UPDATE {name} SET {sets} WHERE {where}", params
+                sql = self._patch(table, tuple(values), len(statuses))
+                return sql, list(values.values()) + scope + [row_id] + list(statuses)
         raise AssertionError(f"unknown mutation {mutation!r}")  # pragma: no cover
+
+    # The statement texts depend only on their arguments: rendered once each (a hot path).
+
+    @cache
+    def _upsert(self, table: Table) -> str:
+        cols = self._key() + table.column_names
+        placeholders = ", ".join(self._param(i + 1) for i in range(len(cols)))
+        conflict = ", ".join(self._key() + ("id",))
+        updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
+        return (
+            f"INSERT INTO {self.name(table)} ({', '.join(cols)}) VALUES ({placeholders}) "
+            f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+        )
+
+    @cache
+    def _delete(self, table: Table, column: str) -> str:
+        return f"DELETE FROM {self.name(table)} WHERE {self._where((column,), 1)}"
+
+    @cache
+    def _patch(self, table: Table, columns: tuple[str, ...], statuses: int) -> str:
+        sets = ", ".join(f"{c} = {self._param(i + 1)}" for i, c in enumerate(columns))
+        where = self._where(("id",), len(columns) + 1)
+        if statuses:
+            start = len(columns) + len(self._key()) + 2
+            marks = ", ".join(self._param(start + i) for i in range(statuses))
+            where += f" AND status IN ({marks})"
+        return f"UPDATE {self.name(table)} SET {sets} WHERE {where}"
