@@ -36,7 +36,7 @@ from shared.models import (
     format_time,
 )
 from shared.reducer import apply
-from shared.schema import Sql
+from shared.schema import Dialect, Sql
 
 # The most events one transaction carries; more wait for the next one.
 MAX_EVENTS_PER_TRANSACTION = 2000
@@ -118,25 +118,37 @@ def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[
     return chats, messages
 
 
-def _pairs_in(columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[str]]:
-    """``(a, b) IN (VALUES (?, ?), ...)`` (the row-value form both SQLite and PostgreSQL accept)
-    and its parameters; a condition that is false when there are no pairs."""
+def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+    """``(a, b) IN <the pairs>`` and its parameters. PostgreSQL gets two arrays, so the statement
+    text is the same whatever the count (asyncpg prepares each distinct text once); SQLite gets
+    a VALUES list (the row-value form it accepts), or a false condition when there are none."""
+    if dialect == "postgres":
+        return f"({columns}) IN (SELECT * FROM unnest(?::text[], ?::text[]))", [
+            [a for a, _ in pairs],
+            [b for _, b in pairs],
+        ]
     if not pairs:
         return "1 = 0", []
     sql = f"({columns}) IN (VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")"
     return sql, [v for pair in pairs for v in pair]
 
 
-async def lock_heads(tx: Tx, account_ids: list[str]) -> list[tuple[str, int, int]]:
+async def lock_heads(tx: Tx, dialect: Dialect, account_ids: list[str]) -> list[tuple[str, int, int]]:
     """Create the accounts' log head rows if need be and lock them until commit (PostgreSQL's
-    ON CONFLICT DO UPDATE takes the row locks, in the given order; SQLite's write transaction is
-    exclusive). Returns (account, head seq, min available seq), in account order."""
+    ON CONFLICT DO UPDATE takes the row locks, in account order, so two processes cannot
+    deadlock; SQLite's write transaction is exclusive). Returns (account, head seq, min available
+    seq) in account order."""
     ordered = sorted(set(account_ids))
+    params: list[Any]
+    if dialect == "postgres":
+        rows_sql, params = "SELECT unnest(?::text[]) ORDER BY 1", [ordered]
+    else:
+        rows_sql, params = "VALUES " + ", ".join("(?)" for _ in ordered), list(ordered)
     rows = await tx.fetchall(
-        "INSERT INTO logs (account_id) VALUES " + ", ".join("(?)" for _ in ordered)
-        + " ON CONFLICT (account_id) DO UPDATE SET head_seq = logs.head_seq"
+        f"INSERT INTO logs (account_id) {rows_sql}"
+        " ON CONFLICT (account_id) DO UPDATE SET head_seq = logs.head_seq"
         " RETURNING account_id, head_seq, min_available_seq",
-        *ordered,
+        *params,
     )
     return sorted((str(r[0]), int(r[1]), int(r[2])) for r in rows)
 
@@ -194,9 +206,10 @@ class Appender:
 
     async def _transaction(self, group: list[_Request]) -> list[tuple[list[EventResult], int]]:
         async with self._db.transaction(write=True) as tx:
-            heads = {a: h for a, h, _ in await lock_heads(tx, [r.account_id for r in group])}
+            locked = await lock_heads(tx, self._db.dialect, [r.account_id for r in group])
+            heads = {a: h for a, h, _ in locked}
             start = dict(heads)
-            states = await self._prefetch(tx, group)
+            states = await self._prefetch(tx, self._db.dialect, group)
             now = format_time(self._clock())
             log_rows: list[tuple[Any, ...]] = []
             mutations: list[tuple[str, list[Any]]] = []
@@ -243,7 +256,7 @@ class Appender:
         return outcomes
 
     @staticmethod
-    async def _prefetch(tx: Tx, group: list[_Request]) -> dict[str, _AccountState]:
+    async def _prefetch(tx: Tx, dialect: Dialect, group: list[_Request]) -> dict[str, _AccountState]:
         """One read for the whole transaction: the eventIds already logged, and the named rows."""
         states = {r.account_id: _AccountState() for r in group}
         event_pairs: set[tuple[str, str]] = set()
@@ -254,9 +267,9 @@ class Appender:
             event_pairs |= {(request.account_id, e.event_id) for e in request.events}
             chat_pairs |= {(request.account_id, c) for c in chats}
             message_pairs |= {(request.account_id, m) for m in messages}
-        in_events, event_params = _pairs_in("account_id, event_id", sorted(event_pairs))
-        in_messages, message_params = _pairs_in("account_id, id", sorted(message_pairs))
-        in_chats, chat_params = _pairs_in("account_id, id", sorted(chat_pairs))
+        in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
+        in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
+        in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
         rows = await tx.fetchall(
             f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT) FROM event_ids WHERE {in_events}
             UNION ALL

@@ -208,7 +208,7 @@ class SqlEventStore:
         grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
         retention_cutoff = format_time(now - timedelta(seconds=retention_seconds))
         async with self.db.transaction(write=True) as tx:
-            [(_, head, min_available)] = await lock_heads(tx, [account_id])
+            [(_, head, min_available)] = await lock_heads(tx, self.db.dialect, [account_id])
             before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
             await tx.execute(
                 """DELETE FROM events WHERE account_id = ? AND created_at < ? AND kind <> 'delete' AND (
