@@ -91,6 +91,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
     hub = Hub()
+    sessions = auth.SessionCache(settings.session_cache_seconds)
     assets = Assets.load(settings.static_dir)
     app.extensions["store"] = store
     app.extensions["hub"] = hub
@@ -160,7 +161,13 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         token = token or cookies.get(SESSION_COOKIE)
         if not token:
             return None
-        return await store.find_session(auth.token_hash(token))
+        key = auth.token_hash(token)
+        session = sessions.get(key)
+        if session is None:
+            session = await store.find_session(key)
+            if session is not None:
+                sessions.put(key, session)
+        return session
 
     async def require_session() -> SessionInfo:
         session = await session_of(request.headers, request.cookies)
@@ -216,6 +223,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ").strip() or request.cookies.get(SESSION_COOKIE)
         if token:
+            sessions.evict(auth.token_hash(token))
             await store.delete_session(auth.token_hash(token))
         response = Response(status=204)
         response.delete_cookie(SESSION_COOKIE)
@@ -254,7 +262,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         results, current = await store.append(session.account_id, session.device_id, batch)
         if any(r.status == "accepted" for r in results):
             hub.notify(session.account_id)
-        return json_response(SubmitResponse(results=results, current_seq=current).wire())
+        return json_response(SubmitResponse.model_construct(results=results, current_seq=current).wire())
 
     @app.get("/sync/updates")
     async def get_updates() -> Response:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -220,11 +219,11 @@ class Appender:
                 for event in request.events:
                     seq = state.logged.get(event.event_id)
                     if seq is not None:
-                        results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
+                        results.append(EventResult.model_construct(event_id=event.event_id, status="duplicate", seq=seq))
                         continue
                     error = event.error if isinstance(event, Rejected) else await validation_error(event, state)
                     if error is not None:
-                        results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
+                        results.append(EventResult.model_construct(event_id=event.event_id, status="rejected", error=error))
                         continue
                     assert isinstance(event, DomainEvent)
                     heads[account] += 1
@@ -243,13 +242,13 @@ class Appender:
                         chat_of_message = await state.message_chat(event.payload.message_id)
                     where = footprint(event, chat_of_message)
                     log_rows.append(
-                        (account, seq, event.event_id, str(event.type), json.dumps(event.payload.wire()),
+                        (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),
                          now, request.origin, where.entity, where.chat, where.kind)
                     )
                     mutations += [self._sql.mutation(m, account) for m in apply(logged)]
                     state.apply(event)
                     state.logged[event.event_id] = seq
-                    results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))
+                    results.append(EventResult.model_construct(event_id=event.event_id, status="accepted", seq=seq))
                 outcomes.append((results, heads[account]))
             if log_rows:
                 await self._write(tx, log_rows, mutations, {a: h for a, h in heads.items() if h != start[a]})

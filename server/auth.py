@@ -6,6 +6,11 @@ import base64
 import hashlib
 import hmac
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from server.store import SessionInfo
 
 # scrypt (RFC 7914) from the standard library: memory-hard, no extra dependency.
 _N, _R, _P = 2**14, 8, 1
@@ -35,3 +40,35 @@ def new_token() -> str:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+class SessionCache:
+    """Sessions found lately, kept ``ttl`` seconds, so a burst of requests reads the sessions table
+    once. Logging out evicts the token here at once; another server process may still honour a
+    logged-out token for at most ``ttl`` seconds. Only found sessions are kept."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic, max_entries: int = 10_000) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._max = max_entries
+        self._entries: OrderedDict[str, tuple[float, SessionInfo]] = OrderedDict()
+
+    def get(self, token_hash: str) -> SessionInfo | None:
+        entry = self._entries.get(token_hash)
+        if entry is None:
+            return None
+        if entry[0] < self._clock():
+            del self._entries[token_hash]
+            return None
+        return entry[1]
+
+    def put(self, token_hash: str, session: SessionInfo) -> None:
+        if self._ttl <= 0:
+            return
+        self._entries[token_hash] = (self._clock() + self._ttl, session)
+        self._entries.move_to_end(token_hash)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def evict(self, token_hash: str) -> None:
+        self._entries.pop(token_hash, None)

@@ -18,6 +18,7 @@ class Settings:
     max_body_bytes: int = 1_000_000
     max_batch_events: int = 500
     ping_seconds: float = 25.0
+    session_cache_seconds: float = 5.0
     compact_interval_seconds: float = 300.0
     retention_seconds: float = 30 * 86400.0
     compaction_grace_seconds: float = 60.0

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from server.auth import SessionCache, hash_password, verify_password
+from server.store import SessionInfo
+
+
+def test_passwords_verify_and_hashes_are_salted() -> None:
+    first, second = hash_password("correct horse"), hash_password("correct horse")
+    assert first != second
+    assert verify_password("correct horse", first) and not verify_password("wrong", first)
+    assert not verify_password("correct horse", "garbage")
+
+
+def test_the_session_cache_expires_evicts_and_is_bounded() -> None:
+    now = [0.0]
+    cache = SessionCache(ttl=5, clock=lambda: now[0], max_entries=2)
+    session = SessionInfo("account", "device")
+    cache.put("a", session)
+    assert cache.get("a") == session
+    now[0] = 6
+    assert cache.get("a") is None  # expired
+    cache.put("a", session)
+    cache.evict("a")
+    assert cache.get("a") is None  # logged out
+    for key in "xyz":
+        cache.put(key, session)
+    assert cache.get("x") is None and cache.get("z") == session  # the oldest went
+    off = SessionCache(ttl=0)
+    off.put("a", session)
+    assert off.get("a") is None
