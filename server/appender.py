@@ -1,7 +1,7 @@
 """The write path: appending batches of events to account logs, with group commit.
 
-Concurrent ``append`` calls queue up; one writer task per process takes everything queued and
-appends it in ONE transaction: the log head rows of all the accounts involved are locked (in
+Concurrent ``append`` calls queue up; a writer task (a few per process) takes everything queued
+and appends it in ONE transaction: the log head rows of all the accounts involved are locked (in
 account order, so two processes cannot deadlock), one read fetches every duplicate eventId and
 every row the events name, validation runs in memory against that read plus the batch's own
 earlier events, and the writes go out as a few multi-row statements. A transaction costs about
@@ -37,6 +37,15 @@ from shared.models import (
 from shared.reducer import apply
 from shared.schema import Dialect, Sql
 
+EVENT_COLUMNS = (
+    ("account_id", "text"), ("seq", "bigint"), ("event_id", "text"), ("type", "text"), ("payload", "text"),
+    ("created_at", "text"), ("origin", "text"), ("entity", "text"), ("chat", "text"), ("kind", "text"),
+)
+EVENT_ID_COLUMNS = (("account_id", "text"), ("event_id", "text"), ("seq", "bigint"))
+
+# Transactions in flight at once per process: while one waits for its commit to reach the disk,
+# the next group is already on its way. Appends of one account still serialize on its log row.
+MAX_WRITERS = 4
 # The most events one transaction carries; more wait for the next one.
 MAX_EVENTS_PER_TRANSACTION = 2000
 
@@ -166,15 +175,17 @@ class Appender:
         self._clock = clock
         self._sql = Sql(db.dialect, scoped=True)
         self._queue: list[_Request] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: set[asyncio.Task[None]] = set()
 
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
         request = _Request(account_id, origin, events, asyncio.get_running_loop().create_future())
         self._queue.append(request)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.ensure_future(self._drain())
+        if len(self._writers) < MAX_WRITERS:
+            writer = asyncio.ensure_future(self._drain())
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
         # A cancelled caller (its client went away) does not cancel the write: the events are
         # logged all the same, and a retry of them is answered "duplicate".
         return await asyncio.shield(request.done)
@@ -182,7 +193,9 @@ class Appender:
     async def _drain(self) -> None:
         while self._queue:
             taken, size = 0, 0
-            while taken < len(self._queue) and (taken == 0 or size + len(self._queue[taken].events) <= MAX_EVENTS_PER_TRANSACTION):
+            while taken < len(self._queue) and (
+                taken == 0 or size + len(self._queue[taken].events) <= MAX_EVENTS_PER_TRANSACTION
+            ):
                 size += len(self._queue[taken].events)
                 taken += 1
             group, self._queue = self._queue[:taken], self._queue[taken:]
@@ -291,26 +304,45 @@ class Appender:
                 state.chats.add(str(key))
         return states
 
-    @staticmethod
     async def _write(
+        self,
         tx: Tx,
         log_rows: list[tuple[Any, ...]],
         mutations: list[tuple[str, list[Any]]],
         heads: dict[str, int],
     ) -> None:
-        """The writes, in order, as few statements as possible: a run of mutations with the same
-        SQL (a batch of new messages, say) is one executemany."""
-        await tx.executemany(
-            "INSERT INTO events (account_id, seq, event_id, type, payload, created_at, origin, entity, chat, kind)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            log_rows,
-        )
-        await tx.executemany(
-            "INSERT INTO event_ids (account_id, event_id, seq) VALUES (?, ?, ?)",
-            [(row[0], row[2], row[1]) for row in log_rows],
-        )
+        """The writes, in order, as few statements as possible: the log rows, their eventIds and
+        the new heads in one statement on PostgreSQL; a run of mutations with the same SQL (a
+        batch of new messages, say) in one executemany."""
+        id_rows = [(row[0], row[2], row[1]) for row in log_rows]
+        if self._db.dialect == "postgres":
+            await tx.execute(_PG_LOG_WRITE, *_columns(log_rows, 10), *_columns(id_rows, 3), *_columns(sorted(heads.items()), 2))
+        else:
+            await tx.insert_rows("events", EVENT_COLUMNS, log_rows)
+            await tx.insert_rows("event_ids", EVENT_ID_COLUMNS, id_rows)
+            await tx.executemany(
+                "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
+            )
         for sql, same in itertools.groupby(mutations, key=lambda m: m[0]):
             await tx.executemany(sql, [params for _, params in same])
-        await tx.executemany(
-            "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
-        )
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [[row[i] for row in rows] for i in range(width)]
+
+
+def _unnest(columns: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"?::{kind}[]" for _, kind in columns)
+
+
+# One round trip for three writes (they touch different tables, so one statement may hold them).
+_PG_LOG_WRITE = f"""WITH logged AS (
+        INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
+        SELECT * FROM unnest({_unnest(EVENT_COLUMNS)})
+    ), remembered AS (
+        INSERT INTO event_ids ({", ".join(n for n, _ in EVENT_ID_COLUMNS)})
+        SELECT * FROM unnest({_unnest(EVENT_ID_COLUMNS)})
+    )
+    UPDATE logs SET head_seq = heads.head_seq
+    FROM unnest(?::text[], ?::bigint[]) AS heads (account_id, head_seq)
+    WHERE logs.account_id = heads.account_id"""

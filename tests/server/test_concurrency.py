@@ -33,12 +33,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def test_readers_never_skip_or_repeat_a_seq(store: SqlEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
     real_write = Appender._write
 
-    async def slow_write(*args: Any) -> None:
+    async def slow_write(self: Appender, *args: Any) -> None:
         # Widen the window between writing a seq and committing it.
-        await real_write(*args)
+        await real_write(self, *args)
         await asyncio.sleep(random.random() * 0.005)
 
-    monkeypatch.setattr(Appender, "_write", staticmethod(slow_write))
+    monkeypatch.setattr(Appender, "_write", slow_write)
     account = new_id()
     total = WRITERS * EVENTS_EACH
     done = asyncio.Event()
