@@ -210,15 +210,22 @@ class SqlEventStore:
         async with self.db.transaction(write=True) as tx:
             [(_, head, min_available)] = await lock_heads(tx, self.db.dialect, [account_id])
             before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
+            # Window functions over the account's log, so the log needs no index beyond its key
+            # (every index slows every append): the latest full event or delete of each entity,
+            # and the latest delete of each chat.
             await tx.execute(
-                """DELETE FROM events WHERE account_id = ? AND created_at < ? AND kind <> 'delete' AND (
-                    EXISTS (SELECT 1 FROM events later WHERE later.account_id = events.account_id
-                            AND later.entity = events.entity AND later.seq > events.seq
-                            AND later.kind <> 'patch')
-                    OR (events.entity <> events.chat AND EXISTS (
-                            SELECT 1 FROM events later WHERE later.account_id = events.account_id
-                            AND later.entity = events.chat AND later.kind = 'delete'
-                            AND later.seq > events.seq)))""",
+                """DELETE FROM events WHERE account_id = ? AND seq IN (
+                    SELECT seq FROM (
+                        SELECT seq, kind, entity, chat, created_at,
+                            max(CASE WHEN kind <> 'patch' THEN seq END)
+                                OVER (PARTITION BY entity) AS replaced_at,
+                            max(CASE WHEN kind = 'delete' AND entity = chat THEN seq END)
+                                OVER (PARTITION BY chat) AS chat_deleted_at
+                        FROM events WHERE account_id = ?
+                    ) AS log
+                    WHERE kind <> 'delete' AND created_at < ?
+                        AND (seq < replaced_at OR (entity <> chat AND seq < chat_deleted_at)))""",
+                account_id,
                 account_id,
                 grace_cutoff,
             )

@@ -44,8 +44,6 @@ def _initial(dialect: Dialect) -> list[str]:
             payload TEXT NOT NULL, created_at TEXT NOT NULL, origin TEXT NOT NULL,
             entity TEXT NOT NULL, chat TEXT NOT NULL, kind TEXT NOT NULL,
             PRIMARY KEY (account_id, seq))""",
-        "CREATE INDEX events_account_id_entity_seq ON events (account_id, entity, seq)",
-        "CREATE INDEX events_account_id_created_at ON events (account_id, created_at)",
         # Idempotency records: kept for ever, also after compaction removed the event.
         f"""CREATE TABLE event_ids (
             account_id TEXT NOT NULL, event_id TEXT NOT NULL, seq {big} NOT NULL,
