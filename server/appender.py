@@ -14,8 +14,8 @@ other requests too, each request is retried alone, so one request cannot fail an
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,8 +34,8 @@ from shared.models import (
     RunRequest,
     format_time,
 )
-from shared.reducer import apply
-from shared.schema import Dialect, Sql
+from shared.reducer import DeleteChildren, Mutation, Patch, Upsert, apply
+from shared.schema import TABLES, Dialect, Sql, Table
 
 EVENT_COLUMNS = (
     ("account_id", "text"), ("seq", "bigint"), ("event_id", "text"), ("type", "text"), ("payload", "text"),
@@ -224,7 +224,7 @@ class Appender:
             states = await self._prefetch(tx, self._db.dialect, group)
             now = format_time(self._clock())
             log_rows: list[tuple[Any, ...]] = []
-            mutations: list[tuple[str, list[Any]]] = []
+            mutations: list[tuple[str, Mutation]] = []
             outcomes = []
             for request in group:
                 account, state = request.account_id, states[request.account_id]
@@ -258,7 +258,7 @@ class Appender:
                         (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),
                          now, request.origin, where.entity, where.chat, where.kind)
                     )
-                    mutations += [self._sql.mutation(m, account) for m in apply(logged)]
+                    mutations += [(account, m) for m in apply(logged)]
                     state.apply(event)
                     state.logged[event.event_id] = seq
                     results.append(EventResult.model_construct(event_id=event.event_id, status="accepted", seq=seq))
@@ -308,12 +308,12 @@ class Appender:
         self,
         tx: Tx,
         log_rows: list[tuple[Any, ...]],
-        mutations: list[tuple[str, list[Any]]],
+        mutations: list[tuple[str, Mutation]],
         heads: dict[str, int],
     ) -> None:
         """The writes, in order, as few statements as possible: the log rows, their eventIds and
-        the new heads in one statement on PostgreSQL; a run of mutations with the same SQL (a
-        batch of new messages, say) in one executemany."""
+        the new heads in one statement on PostgreSQL; then the state mutations in runs (see
+        ``_runs``), each run one statement."""
         id_rows = [(row[0], row[2], row[1]) for row in log_rows]
         if self._db.dialect == "postgres":
             await tx.execute(_PG_LOG_WRITE, *_columns(log_rows, 10), *_columns(id_rows, 3), *_columns(sorted(heads.items()), 2))
@@ -323,8 +323,61 @@ class Appender:
             await tx.executemany(
                 "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
             )
-        for sql, same in itertools.groupby(mutations, key=lambda m: m[0]):
-            await tx.executemany(sql, [params for _, params in same])
+        for upserts, run in _runs(mutations, self._db.dialect):
+            if upserts:  # PostgreSQL: one statement with one array per column
+                table = TABLES[run[0][1].table]
+                rows = [(account, *(m.row[c] for c in table.column_names)) for account, m in run]  # type: ignore[union-attr]
+                await tx.execute(_pg_upsert(table), *_columns(rows, len(table.column_names) + 1))
+            else:
+                rendered = [self._sql.mutation(m, account) for account, m in run]
+                await tx.executemany(rendered[0][0], [params for _, params in rendered])
+
+
+def _runs(mutations: list[tuple[str, Mutation]], dialect: Dialect) -> Iterator[tuple[bool, list[tuple[str, Mutation]]]]:
+    """Consecutive mutations that can go out as one statement, in order: on PostgreSQL, upserts
+    into one table with no key twice (one statement cannot update a row twice); otherwise those
+    that render to the same SQL."""
+    run: list[tuple[str, Mutation]] = []
+    keys: set[tuple[str, str]] = set()
+    upserts = False
+    for account, mutation in mutations:
+        is_upsert = dialect == "postgres" and isinstance(mutation, Upsert)
+        if run:
+            same = is_upsert == upserts and type(mutation) is type(run[0][1]) and mutation.table == run[0][1].table
+            if is_upsert:
+                same = same and (account, mutation.row["id"]) not in keys  # type: ignore[union-attr]
+            else:
+                same = same and _shape(mutation) == _shape(run[0][1])
+            if not same:
+                yield upserts, run
+                run, keys = [], set()
+        run.append((account, mutation))
+        upserts = is_upsert
+        if is_upsert:
+            keys.add((account, mutation.row["id"]))  # type: ignore[union-attr]
+    if run:
+        yield upserts, run
+
+
+def _shape(mutation: Mutation) -> tuple[Any, ...]:
+    """What decides a mutation's SQL text (besides its type and table)."""
+    if isinstance(mutation, DeleteChildren):
+        return (mutation.column,)
+    if isinstance(mutation, Patch):
+        return (tuple(mutation.values), len(mutation.only_if_status))
+    return ()
+
+
+@functools.cache
+def _pg_upsert(table: Table) -> str:
+    columns = ("account_id",) + table.column_names
+    kinds = ["text"] + ["bigint" if c.type == "integer" else "text" for c in table.columns]
+    updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
+    return (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) "
+        f"SELECT * FROM unnest({', '.join(f'?::{k}[]' for k in kinds)}) "
+        f"ON CONFLICT (account_id, id) DO UPDATE SET {updates}"
+    )
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
