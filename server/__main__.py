@@ -1,17 +1,24 @@
-"""``python -m server serve|compact [--database-url URL] [--retention-seconds S] ...``"""
+"""``python -m server serve|compact|add-user NAME [--database-url URL] ...`` (see README.md)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import signal
 import sys
+import uuid
+
+from pydantic import ValidationError
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
-from server.app import create_app, open_store, utc_now
+from server import auth
+from server.app import create_app, describe, open_store, utc_now
 from server.config import Settings, add_arguments
+from server.store import UsernameTaken
+from shared.models import Credentials
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,13 +28,41 @@ def main(argv: list[str] | None = None) -> None:
     add_arguments(
         commands.add_parser("compact", help="run one compaction pass over every account and exit")
     )
+    add_user = commands.add_parser(
+        "add-user", help="create an account (the only way when CHAT_SIGNUP=closed); reads the password from stdin"
+    )
+    add_user.add_argument("username")
+    add_arguments(add_user)
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k != "command"}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username")}
     settings = Settings.from_env(**overrides)
     if args.command == "serve":
         asyncio.run(_serve(settings))
     elif args.command == "compact":
         asyncio.run(_compact(settings))
+    elif args.command == "add-user":
+        sys.exit(asyncio.run(_add_user(settings, args.username)))
+
+
+async def _add_user(settings: Settings, username: str) -> int:
+    prompt = sys.stdin.isatty()
+    password = getpass.getpass(f"Password for {username}: ") if prompt else sys.stdin.readline().rstrip("\n")
+    try:
+        creds = Credentials(username=username, password=password)
+    except ValidationError as e:
+        print(f"cannot add {username!r}: {describe(e)}", file=sys.stderr)
+        return 2
+    store = open_store(settings.database_url, utc_now)
+    await store.open()
+    try:
+        await store.create_account(str(uuid.uuid4()), creds.username, auth.hash_password(creds.password))
+    except UsernameTaken:
+        print(f"cannot add {username!r}: this username is taken", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    print(f"added {username}")
+    return 0
 
 
 async def _compact(settings: Settings) -> None:

@@ -198,6 +198,10 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.post("/auth/signup")
     async def signup() -> Response:
+        if settings.signup == "closed":
+            raise ApiError(
+                403, "forbidden", "Sign-up is closed here: ask the administrator for an account."
+            )
         creds = await credentials()
         account_id = str(uuid.uuid4())
         password_hash = await asyncio.to_thread(auth.hash_password, creds.password)

@@ -1,37 +1,31 @@
-"""Password hashing and session tokens. Tokens are random and stored only as their SHA-256."""
+"""Password hashing (Argon2id) and session tokens. Tokens are random and stored only as their SHA-256."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
 from server.store import SessionInfo
 
-# scrypt (RFC 7914) from the standard library: memory-hard, no extra dependency.
-_N, _R, _P = 2**14, 8, 1
+# Argon2id with argon2-cffi's defaults (RFC 9106's second recommended option).
+_HASHER = PasswordHasher()
 
 
 def hash_password(password: str) -> str:
-    salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
-    return "scrypt${}${}".format(*(base64.b64encode(x).decode() for x in (salt, digest)))
+    return _HASHER.hash(password)
 
 
 def verify_password(password: str, stored: str) -> bool:
     try:
-        scheme, salt_b64, digest_b64 = stored.split("$")
-    except ValueError:
+        return _HASHER.verify(stored, password)
+    except (VerificationError, InvalidHashError):
         return False
-    if scheme != "scrypt":
-        return False
-    salt, digest = base64.b64decode(salt_b64), base64.b64decode(digest_b64)
-    candidate = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
-    return hmac.compare_digest(candidate, digest)
 
 
 def new_token() -> str:

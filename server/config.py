@@ -15,6 +15,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     database_url: str = "sqlite:///./data/chat.db"
+    signup: str = "open"
     max_body_bytes: int = 1_000_000
     max_batch_events: int = 500
     ping_seconds: float = 25.0
@@ -23,6 +24,10 @@ class Settings:
     retention_seconds: float = 30 * 86400.0
     compaction_grace_seconds: float = 60.0
     static_dir: Path = ROOT / "static"
+
+    def __post_init__(self) -> None:
+        if self.signup not in ("open", "closed"):
+            raise SystemExit(f"signup must be open or closed, not {self.signup!r}")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
