@@ -21,6 +21,7 @@ from server.compactor import run_compactor
 from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
+from server.fanout import PostgresListener
 from server.live import Hub
 from server.store import (
     CursorExpired,
@@ -98,9 +99,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     background: list[asyncio.Task[None]] = []
 
+    listener = (
+        PostgresListener(settings.database_url, hub) if store.db.dialect == "postgres" else None
+    )
+
     @app.before_serving
     async def _open() -> None:
         await store.open()
+        if listener is not None:
+            await listener.start()
         if settings.compact_interval_seconds > 0:
             background.append(asyncio.ensure_future(run_compactor(store, settings)))
 
@@ -109,6 +116,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+        if listener is not None:
+            await listener.stop()
         await store.close()
 
     # --- errors: every one is JSON ---------------------------------------------------------------

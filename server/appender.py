@@ -388,7 +388,12 @@ def _unnest(columns: tuple[tuple[str, str], ...]) -> str:
     return ", ".join(f"?::{kind}[]" for _, kind in columns)
 
 
-# One round trip for three writes (they touch different tables, so one statement may hold them).
+# PostgreSQL tells every server process of each commit (server/fanout.py listens): the payload is
+# "<account> <seq>", delivered at commit, in commit order; nothing is sent for a rollback.
+NOTIFY_CHANNEL = "chat_log"
+
+# One round trip for three writes and the notifications (they touch different tables, so one
+# statement may hold them).
 _PG_LOG_WRITE = f"""WITH logged AS (
         INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
         SELECT * FROM unnest({_unnest(EVENT_COLUMNS)})
@@ -398,4 +403,5 @@ _PG_LOG_WRITE = f"""WITH logged AS (
     )
     UPDATE logs SET head_seq = heads.head_seq
     FROM unnest(?::text[], ?::bigint[]) AS heads (account_id, head_seq)
-    WHERE logs.account_id = heads.account_id"""
+    WHERE logs.account_id = heads.account_id
+    RETURNING pg_notify('{NOTIFY_CHANNEL}', logs.account_id || ' ' || logs.head_seq)"""

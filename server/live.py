@@ -30,5 +30,12 @@ class Hub:
         for wake in self._listeners.get(account_id, ()):
             wake.set()
 
+    def notify_all(self) -> None:
+        """Wake every socket (after a notification may have been missed): each re-reads from its
+        own cursor, so a spurious wake-up costs one read and nothing else."""
+        for listeners in self._listeners.values():
+            for wake in listeners:
+                wake.set()
+
     def socket_count(self) -> int:
         return sum(len(s) for s in self._listeners.values())

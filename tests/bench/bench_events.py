@@ -27,7 +27,7 @@ import asyncpg
 
 from server.config import ROOT
 from tests.conftest import drop_schema, postgres_schema
-from tests.e2e.conftest import free_port
+from tests.processes import free_port
 
 CONCURRENCY = 16
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.conftest import Server
+from tests.processes import Server
 from tests.e2e.pages import api, open_app, send, sign, wait_for_service_worker
 
 PASSWORD = "a long password"
