@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -22,6 +23,7 @@ from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener
+from server.limits import RateLimiter
 from server.live import Hub
 from server.store import (
     CursorExpired,
@@ -35,6 +37,7 @@ from shared.models import (
     Credentials,
     DomainEvent,
     EventFrame,
+    Message,
     PingFrame,
     Session,
     StateResponse,
@@ -59,13 +62,18 @@ DEFAULT_LIMIT, MAX_LIMIT = 500, 1000
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+        self.headers = headers or {}
 
     def response(self) -> Response:
         body = {"error": self.code, "message": self.message, **self.extra}
-        return Response(json.dumps(body), status=self.status, content_type="application/json")
+        return Response(
+            json.dumps(body), status=self.status, content_type="application/json", headers=self.headers
+        )
 
 
 def open_store(url: str, clock: Callable[[], datetime]) -> SqlEventStore:
@@ -92,6 +100,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
     hub = Hub()
+    sync_limiter = RateLimiter(settings.rate_limit_per_minute, burst=max(1, settings.rate_limit_per_minute / 6))
+    auth_limiter = RateLimiter(settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3))
     sessions = auth.SessionCache(settings.session_cache_seconds)
     assets = Assets.load(settings.static_dir)
     app.extensions["store"] = store
@@ -167,7 +177,12 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     async def session_of(headers: Any, cookies: Any) -> SessionInfo | None:
         header = headers.get("Authorization", "")
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
-        token = token or cookies.get(SESSION_COOKIE)
+        if not token:
+            token = cookies.get(SESSION_COOKIE)
+            # A cookie rides along on any request the browser makes: one from another site's
+            # page must not act with it (cross-site request forgery), whatever SameSite says.
+            if token and not same_origin(headers.get("Origin"), headers.get("Host"), absent_ok=True):
+                raise ApiError(403, "forbidden", "This request comes from another site's page.")
         if not token:
             return None
         key = auth.token_hash(token)
@@ -182,7 +197,18 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         session = await session_of(request.headers, request.cookies)
         if session is None:
             raise ApiError(401, "unauthorized", "Sign in first: no valid session token or cookie.")
+        limit(sync_limiter, session.account_id)
         return session
+
+    def limit(limiter: RateLimiter, key: str) -> None:
+        wait = limiter.take(key)
+        if wait is not None:
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"Too many requests: try again in {math.ceil(wait)} seconds.",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
 
     def session_response(session: Session, status: int) -> Response:
         response = Response(json.dumps(session.wire()), status=status, content_type="application/json")
@@ -198,6 +224,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         return Session(user_id=account_id, device_id=device_id, token=token)
 
     async def credentials() -> Credentials:
+        limit(auth_limiter, request.remote_addr or "unknown")
         try:
             return Credentials.model_validate(await json_body())
         except ValidationError as e:
@@ -261,10 +288,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         for index, raw in enumerate(raw_events):
             event_id = raw.get("eventId") if isinstance(raw, dict) else None
             try:
-                batch.append(DomainEvent.model_validate(raw))
-                continue
+                event = DomainEvent.model_validate(raw)
             except ValidationError as e:
                 error = describe(e)
+            else:
+                too_long = isinstance(event.payload, Message) and len(event.payload.content) > settings.max_content_chars
+                if not too_long:
+                    batch.append(event)
+                    continue
+                error = f"payload.content: longer than {settings.max_content_chars} characters"
             try:
                 event_id = str(uuid.UUID(str(event_id)))
             except ValueError:
@@ -320,15 +352,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.websocket("/sync/live")
     async def live() -> None:
-        session = await session_of(websocket.headers, websocket.cookies)
+        try:
+            session = await session_of(websocket.headers, websocket.cookies)
+        except ApiError:  # a cookie, but from another site's page
+            await websocket.accept()
+            await websocket.close(4403, "forbidden")
+            return
         await websocket.accept()
         if session is None:
             await websocket.close(4401, "unauthorized")
-            return
-        if "Authorization" not in websocket.headers and not same_origin(
-            websocket.headers.get("Origin"), websocket.headers.get("Host")
-        ):
-            await websocket.close(4403, "forbidden")
             return
         try:
             cursor = int(websocket.args.get("afterSeq", "0"))
@@ -406,7 +438,9 @@ def json_response(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body), status=status, content_type="application/json")
 
 
-def same_origin(origin: str | None, host: str | None) -> bool:
-    if not origin or not host:
-        return False
-    return urlsplit(origin).netloc == host
+def same_origin(origin: str | None, host: str | None, absent_ok: bool = False) -> bool:
+    """Whether a request's Origin is this server (``absent_ok``: a request without one, which
+    browsers do not make cross-site, passes)."""
+    if not origin:
+        return absent_ok
+    return host is not None and urlsplit(origin).netloc == host

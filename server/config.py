@@ -18,6 +18,9 @@ class Settings:
     signup: str = "open"
     max_body_bytes: int = 1_000_000
     max_batch_events: int = 500
+    max_content_chars: int = 100_000
+    rate_limit_per_minute: float = 1200.0
+    auth_rate_limit_per_minute: float = 30.0
     ping_seconds: float = 25.0
     session_cache_seconds: float = 5.0
     compact_interval_seconds: float = 300.0

@@ -28,3 +28,17 @@ def test_the_session_cache_expires_evicts_and_is_bounded() -> None:
     off = SessionCache(ttl=0)
     off.put("a", session)
     assert off.get("a") is None
+
+
+def test_the_rate_limiter_refills_over_time() -> None:
+    from server.limits import RateLimiter
+
+    now = [0.0]
+    limiter = RateLimiter(per_minute=60, burst=2, clock=lambda: now[0])
+    assert limiter.take("a") is None and limiter.take("a") is None
+    wait = limiter.take("a")
+    assert wait is not None and 0 < wait <= 1
+    assert limiter.take("b") is None  # keys are separate
+    now[0] = 1.0
+    assert limiter.take("a") is None
+    assert RateLimiter(per_minute=0, burst=1).take("a") is None  # 0: no limit
