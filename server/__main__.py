@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import logging
 import signal
 import sys
 import uuid
 
-from pydantic import ValidationError
-
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+from pydantic import ValidationError
 
 from server import auth
 from server.app import create_app, describe, open_store, utc_now
@@ -84,13 +84,19 @@ async def _serve(settings: Settings) -> None:
     app = create_app(settings)
     config = Config()
     config.bind = [f"{settings.host}:{settings.port}"]
-    config.accesslog = "-"
+    config.graceful_timeout = 10
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+    async def shutdown() -> None:
+        await stop.wait()
+        app.extensions["hub"].go_away()  # live sockets close with 1001, clients reconnect elsewhere
+
     print(f"serving on http://{settings.host}:{settings.port} ({settings.database_url})", file=sys.stderr)
-    await serve(app, config, shutdown_trigger=stop.wait)
+    await serve(app, config, shutdown_trigger=shutdown)
 
 
 if __name__ == "__main__":

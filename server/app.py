@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 import math
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -13,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
-from quart import Quart, Response, request, send_from_directory, websocket
+from quart import Quart, Response, g, request, send_from_directory, websocket
 from werkzeug.exceptions import HTTPException
 
 from server import auth
@@ -24,7 +25,8 @@ from server.db import open_database
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener
 from server.limits import RateLimiter
-from server.live import Hub
+from server.live import Hub, follow
+from server.metrics import Metrics
 from server.store import (
     CursorExpired,
     InvalidPage,
@@ -33,19 +35,18 @@ from server.store import (
     UsernameTaken,
 )
 from shared.models import (
-    CaughtUpFrame,
     Credentials,
     DomainEvent,
-    EventFrame,
     Message,
-    PingFrame,
     Session,
     StateResponse,
     SubmitResponse,
     UpdatesResponse,
+    format_time,
 )
 
 SESSION_COOKIE = "chat_session"
+access_log = logging.getLogger("server.access")
 HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -104,8 +105,10 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     auth_limiter = RateLimiter(settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3))
     sessions = auth.SessionCache(settings.session_cache_seconds)
     assets = Assets.load(settings.static_dir)
+    metrics = Metrics(hub.socket_count)
     app.extensions["store"] = store
     app.extensions["hub"] = hub
+    app.extensions["metrics"] = metrics
 
     background: list[asyncio.Task[None]] = []
 
@@ -119,7 +122,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         if listener is not None:
             await listener.start()
         if settings.compact_interval_seconds > 0:
-            background.append(asyncio.ensure_future(run_compactor(store, settings)))
+            background.append(asyncio.ensure_future(run_compactor(store, settings, metrics)))
 
     @app.after_serving
     async def _close() -> None:
@@ -307,6 +310,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         results, current = await store.append(session.account_id, session.device_id, batch)
         if any(r.status == "accepted" for r in results):
             hub.notify(session.account_id)
+            metrics.events_appended += sum(r.status == "accepted" for r in results)
         return json_response(SubmitResponse.model_construct(results=results, current_seq=current).wire())
 
     @app.get("/sync/updates")
@@ -369,39 +373,60 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         except ValueError:
             await websocket.close(4400, "bad_request")
             return
-        account = session.account_id
-        await store.record_cursor(account, session.device_id, cursor)
-        wake = hub.subscribe(account)  # before the backlog read, so no commit slips between
-        try:
-            caught_up = False
-            while True:
-                wake.clear()
-                try:
-                    updates = await store.read_updates(account, cursor, DEFAULT_LIMIT)
-                except CursorExpired:
-                    await websocket.close(4410, "cursor_expired")
-                    return
-                for event in updates.events:
-                    await websocket.send(json.dumps(EventFrame(event=event).wire()))
-                if updates.has_more:
-                    cursor = updates.events[-1].seq
-                    continue
-                cursor = max(cursor, updates.current_seq)
-                if not caught_up:
-                    caught_up = True
-                    await websocket.send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), settings.ping_seconds)
-                    continue
-                await websocket.send(json.dumps(PingFrame().wire()))
-        finally:
-            hub.unsubscribe(account, wake)
+        await store.record_cursor(session.account_id, session.device_id, cursor)
+        await follow(
+            websocket.send, websocket.close, store, hub, session.account_id, cursor, settings.ping_seconds
+        )
 
     # --- operations and static assets ----------------------------------------------------------
 
+    @app.before_request
+    async def _started() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    async def _log_request(response: Response) -> Response:
+        seconds = time.perf_counter() - g.get("started", time.perf_counter())
+        route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics.observe_request(route, request.method, response.status_code, seconds)
+        access_log.info(
+            json.dumps(
+                {
+                    "at": format_time(clock()),
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "ms": round(seconds * 1000, 2),
+                    "remote": request.remote_addr,
+                }
+            )
+        )
+        return response
+
     @app.get("/healthz")
     async def healthz() -> Response:
+        """The process is up."""
         return json_response({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """The process can serve: its database answers and (PostgreSQL) it hears other processes."""
+        problems = []
+        try:
+            await store.current_seq("readyz")
+        except Exception as e:  # any failure means "not ready", with its reason
+            problems.append(f"database: {e}")
+        if listener is not None and not listener.connected:
+            problems.append("fan-out: not listening")
+        if hub.closing:
+            problems.append("shutting down")
+        if problems:
+            return json_response({"status": "unavailable", "problems": problems}, status=503)
+        return json_response({"status": "ready"})
+
+    @app.get("/metrics")
+    async def metrics_page() -> Response:
+        return Response(metrics.render(), content_type="text/plain; version=0.0.4")
 
     @app.get("/")
     async def index() -> Response:

@@ -7,11 +7,12 @@ import logging
 
 from server.config import Settings
 from server.event_store import SqlEventStore
+from server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
-async def run_compactor(store: SqlEventStore, settings: Settings) -> None:
+async def run_compactor(store: SqlEventStore, settings: Settings, metrics: Metrics) -> None:
     while True:
         await asyncio.sleep(settings.compact_interval_seconds)
         try:
@@ -19,5 +20,6 @@ async def run_compactor(store: SqlEventStore, settings: Settings) -> None:
         except Exception:  # a failed pass is retried at the next interval
             log.exception("compaction failed")
             continue
+        metrics.compaction_runs += 1
         removed = sum(r.superseded_removed + r.truncated for r in results)
         log.info("compaction: %d accounts, %d events removed", len(results), removed)

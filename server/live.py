@@ -1,4 +1,5 @@
-"""In-process fan-out: a commit wakes every live socket of its account.
+"""Live sockets: in-process fan-out (a commit wakes every live socket of its account) and the
+socket loop itself.
 
 A socket never receives events from here, only a wake-up; it then reads the events after its own
 cursor from the store. So a missed or merged wake-up can never cause a gap or a duplicate.
@@ -7,12 +8,26 @@ cursor from the store. So a missed or merged wake-up can never cause a gap or a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+from server.store import CursorExpired, EventStore
+from shared.models import CaughtUpFrame, EventFrame, PingFrame
+
+BACKLOG_PAGE = 500
 
 
 class Hub:
     def __init__(self) -> None:
         self._listeners: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self.closing = False
+
+    def go_away(self) -> None:
+        """The server is shutting down: every socket closes with 1001 "going away"."""
+        self.closing = True
+        self.notify_all()
 
     def subscribe(self, account_id: str) -> asyncio.Event:
         wake = asyncio.Event()
@@ -39,3 +54,45 @@ class Hub:
 
     def socket_count(self) -> int:
         return sum(len(s) for s in self._listeners.values())
+
+
+async def follow(
+    send: Callable[[str], Awaitable[None]],
+    close: Callable[[int, str], Awaitable[None]],
+    store: EventStore,
+    hub: Hub,
+    account_id: str,
+    cursor: int,
+    ping_seconds: float,
+) -> None:
+    """One live socket (PROTOCOL.md, WS /sync/live): the backlog after ``cursor``, ``caughtUp``,
+    then every new event as it commits, pings while idle. Every event comes from the store after
+    the socket's own cursor, so the stream has no gap and no duplicate."""
+    wake = hub.subscribe(account_id)  # before the backlog read, so no commit slips between
+    try:
+        caught_up = False
+        while True:
+            wake.clear()
+            if hub.closing:
+                await close(1001, "going_away")
+                return
+            try:
+                updates = await store.read_updates(account_id, cursor, BACKLOG_PAGE)
+            except CursorExpired:
+                await close(4410, "cursor_expired")
+                return
+            for event in updates.events:
+                await send(json.dumps(EventFrame(event=event).wire()))
+            if updates.has_more:
+                cursor = updates.events[-1].seq
+                continue
+            cursor = max(cursor, updates.current_seq)
+            if not caught_up:
+                caught_up = True
+                await send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), ping_seconds)
+                continue
+            await send(json.dumps(PingFrame().wire()))
+    finally:
+        hub.unsubscribe(account_id, wake)

@@ -1,0 +1,69 @@
+"""Health, readiness, metrics, request logs and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from pathlib import Path
+
+import pytest
+import websockets
+from quart import Quart
+from quart.typing import TestClientProtocol as Client
+
+from tests.processes import Server
+from tests.server.conftest import bearer, signup
+from tests.server.events import chat_created, new_id
+
+
+async def test_health_and_readiness(client: Client, app: Quart) -> None:
+    assert (await (await client.get("/healthz")).get_json()) == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and (await ready.get_json())["status"] == "ready"
+    app.extensions["hub"].go_away()
+    draining = await client.get("/readyz")
+    assert draining.status_code == 503 and "shutting down" in (await draining.get_json())["problems"]
+
+
+async def test_metrics_count_events_sockets_and_requests(client: Client) -> None:
+    session = await signup(client)
+    events = [chat_created(new_id()) for _ in range(3)]
+    await client.post("/sync/events", json={"events": events}, headers=bearer(session))
+    async with client.websocket("/sync/live", headers=bearer(session)) as ws:
+        await asyncio.wait_for(ws.receive(), 5)
+        text = (await (await client.get("/metrics")).get_data()).decode()
+    assert "chat_events_appended_total 3" in text
+    assert "chat_live_sockets 1" in text
+    assert 'chat_request_duration_seconds_count{route="/sync/events",method="POST",status="200"} 1' in text
+    assert 'le="+Inf"' in text
+
+
+async def test_one_structured_log_line_per_request(client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="server.access"):
+        await client.get("/sync/updates")
+    [line] = [json.loads(r.getMessage()) for r in caplog.records if r.name == "server.access"]
+    assert line["method"] == "GET" and line["path"] == "/sync/updates" and line["status"] == 401
+    assert line["ms"] >= 0 and line["at"].endswith("Z")
+
+
+async def test_shutdown_closes_live_sockets_with_going_away(tmp_path: Path) -> None:
+    server = Server(f"sqlite:///{tmp_path / 'chat.db'}", tmp_path / "server.log")
+    await asyncio.to_thread(server.start)
+    try:
+        import httpx
+
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            token = (await http.post("/auth/signup", json={"username": "bye", "password": "long enough"})).json()["token"]
+        url = server.url.replace("http://", "ws://") + "/sync/live"
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as socket:
+            assert json.loads(await socket.recv())["type"] == "caughtUp"
+            assert server.process is not None
+            server.process.send_signal(signal.SIGTERM)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(socket.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert await asyncio.to_thread(server.process.wait, 15) == 0
+    finally:
+        server.stop()
