@@ -27,6 +27,7 @@ from server.fanout import PostgresListener
 from server.limits import RateLimiter
 from server.live import Hub, follow
 from server.metrics import Metrics
+from server.openapi import DOCS_PAGE, MAX_INT, openapi
 from server.store import (
     CursorExpired,
     InvalidPage,
@@ -172,8 +173,9 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             value = int(raw)
         except ValueError:
             raise ApiError(400, "bad_request", f"{name} must be an integer.") from None
-        if value < low or (high is not None and value > high):
-            limits = f"between {low} and {high}" if high is not None else f"at least {low}"
+        high = MAX_INT if high is None else high
+        if not low <= value <= high:
+            limits = f"between {low} and {high}"
             raise ApiError(400, "bad_request", f"{name} must be {limits}.")
         return value
 
@@ -423,6 +425,16 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         if problems:
             return json_response({"status": "unavailable", "problems": problems}, status=503)
         return json_response({"status": "ready"})
+
+    spec = openapi()
+
+    @app.get("/openapi.json")
+    async def openapi_json() -> Response:
+        return json_response(spec)
+
+    @app.get("/docs")
+    async def docs() -> Response:
+        return Response(DOCS_PAGE, content_type="text/html; charset=utf-8")
 
     @app.get("/metrics")
     async def metrics_page() -> Response:

@@ -23,15 +23,16 @@ def free_port() -> int:
 class Server:
     """`python -m server serve` in a process of its own, on a free port."""
 
-    def __init__(self, database_url: str, log: Path) -> None:
+    def __init__(self, database_url: str, log: Path, **settings: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.database_url = database_url
         self.log = log
+        self.settings = {f"CHAT_{k.upper()}": v for k, v in settings.items()}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "CHAT_PORT": str(self.port), "CHAT_DATABASE_URL": self.database_url}
+        env = {**os.environ, **self.settings, "CHAT_PORT": str(self.port), "CHAT_DATABASE_URL": self.database_url}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server", "serve"], cwd=ROOT, env=env, stdout=log, stderr=log

@@ -87,3 +87,14 @@ def test_pages_name_no_other_origin() -> None:
     for name in ("index.html", "app.js", "sw.js", "manifest.webmanifest"):
         text = (ROOT / "static" / name).read_text()
         assert not re.search(r"https?://", text), name
+
+
+async def test_the_openapi_description_and_its_docs_page(client: Client) -> None:
+    spec = await (await client.get("/openapi.json")).get_json()
+    assert spec["openapi"].startswith("3.1")
+    assert {"/auth/signup", "/auth/login", "/auth/logout", "/sync/events", "/sync/updates", "/sync/state"} <= set(
+        spec["paths"]
+    )
+    assert "DomainEvent" in spec["components"]["schemas"]
+    page = (await (await client.get("/docs")).get_data()).decode()
+    assert "/openapi.json" in page and not re.search(r"https?://", page)  # nothing from elsewhere

@@ -1,0 +1,192 @@
+"""The OpenAPI 3.1 description of the HTTP API (PROTOCOL.md), built from the wire models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from shared.models import (
+    Credentials,
+    DomainEvent,
+    Session,
+    StateResponse,
+    SubmitResponse,
+    UpdatesResponse,
+)
+
+
+class Error(BaseModel):
+    """Every error: a code, and a sentence for a person (plus extra fields for some codes)."""
+
+    error: str
+    message: str
+
+
+class Submit(BaseModel):
+    events: list[DomainEvent]
+
+
+MAX_INT = 2**53 - 1  # the largest integer every JSON client reads exactly
+
+ERRORS = {
+    400: "Malformed JSON or a bad parameter",
+    401: "No or bad credentials",
+    403: "Not allowed (sign-up closed, or a cookie from another site's page)",
+    409: "The username is taken",
+    410: "The cursor is below minAvailableSeq: fetch /sync/state and start from its upToSeq",
+    413: "Body or batch over the configured limit",
+    422: "A batch-level schema error (per-event problems are reported per event)",
+    429: "Too many requests; see Retry-After",
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _responses(ok: int, schema: dict[str, Any] | None, errors: list[int]) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        str(ok): {"description": "OK", **(_json(schema) if schema else {})},
+    }
+    for code in errors:
+        responses[str(code)] = {"description": ERRORS[code], **_json(_ref("Error"))}
+    return responses
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def openapi() -> dict[str, Any]:
+    models: list[tuple[type[BaseModel], Any]] = [
+        (Credentials, "validation"),
+        (Session, "serialization"),
+        (Submit, "validation"),
+        (SubmitResponse, "serialization"),
+        (UpdatesResponse, "serialization"),
+        (StateResponse, "serialization"),
+        (Error, "serialization"),
+    ]
+    _, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}", by_alias=True)
+    seq = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    sync_security: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Offline-first chat: sync API",
+            "version": "1",
+            "description": "The wire contract of PROTOCOL.md. WS /sync/live is described there.",
+        },
+        "components": {
+            "schemas": definitions["$defs"],
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "cookie": {"type": "apiKey", "in": "cookie", "name": "chat_session"},
+            },
+        },
+        "paths": {
+            "/auth/signup": {
+                "post": {
+                    "summary": "Create an account and a session",
+                    "requestBody": {"required": True, **_json(_ref("Credentials"))},
+                    "responses": _responses(201, _ref("Session"), [400, 403, 409, 413, 429]),
+                }
+            },
+            "/auth/login": {
+                "post": {
+                    "summary": "Start a session on a new device",
+                    "requestBody": {"required": True, **_json(_ref("Credentials"))},
+                    "responses": _responses(200, _ref("Session"), [400, 401, 413, 429]),
+                }
+            },
+            "/auth/logout": {
+                "post": {"summary": "End this session", "responses": {"204": {"description": "Signed out"}}}
+            },
+            "/sync/events": {
+                "post": {
+                    "summary": "Submit events: each is accepted, a duplicate, or rejected",
+                    "security": sync_security,
+                    "requestBody": {"required": True, **_json(_ref("Submit"))},
+                    "responses": _responses(200, _ref("SubmitResponse"), [400, 401, 403, 413, 422, 429]),
+                }
+            },
+            "/sync/updates": {
+                "get": {
+                    "summary": "The events after a cursor, in seq order",
+                    "security": sync_security,
+                    "parameters": [
+                        _query("afterSeq", seq, "the cursor (default 0)"),
+                        _query("limit", limit, "page size (default 500)"),
+                    ],
+                    "responses": _responses(200, _ref("UpdatesResponse"), [400, 401, 403, 410, 429]),
+                }
+            },
+            "/sync/state": {
+                "get": {
+                    "summary": "The state at upToSeq (default: now), paged",
+                    "security": sync_security,
+                    "parameters": [
+                        _query("upToSeq", seq, "the seq of the snapshot (default: the current seq)"),
+                        _query("chatId", {"type": "string", "format": "uuid"}, "one chat only"),
+                        _query("limit", limit, "page size (default 500)"),
+                        _query("page", {"type": "string"}, "the nextPage of the previous page"),
+                    ],
+                    "responses": _responses(200, _ref("StateResponse"), [400, 401, 403, 410, 429]),
+                }
+            },
+            "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "OK"}}}},
+            "/readyz": {
+                "get": {
+                    "summary": "The process can serve",
+                    "responses": {"200": {"description": "Ready"}, "503": {"description": "Not ready"}},
+                }
+            },
+        },
+    }
+
+
+DOCS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Chat API</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
+code{background:#f3f4f6;padding:.1rem .3rem;border-radius:.2rem}h2{margin-top:2rem}
+li{margin:.2rem 0}</style></head>
+<body><h1>Chat sync API</h1>
+<p>The machine-readable description: <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1).</p>
+<div id="paths"></div>
+<script type="module">
+const spec = await (await fetch("/openapi.json")).json();
+const root = document.getElementById("paths");
+for (const [path, ops] of Object.entries(spec.paths)) {
+  for (const [method, op] of Object.entries(ops)) {
+    const section = document.createElement("section");
+    const title = document.createElement("h2");
+    title.innerHTML = `<code>${method.toUpperCase()} ${path}</code>`;
+    const summary = document.createElement("p");
+    summary.textContent = op.summary || "";
+    const list = document.createElement("ul");
+    for (const p of op.parameters || []) {
+      const item = document.createElement("li");
+      item.innerHTML = `<code>${p.name}</code> `;
+      item.append(p.description || "");
+      list.append(item);
+    }
+    for (const [code, r] of Object.entries(op.responses)) {
+      const item = document.createElement("li");
+      item.innerHTML = `<code>${code}</code> `;
+      item.append(r.description);
+      list.append(item);
+    }
+    section.append(title, summary, list);
+    root.append(section);
+  }
+}
+</script></body></html>
+"""
