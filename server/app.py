@@ -25,7 +25,7 @@ from server.db import open_database
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener
 from server.limits import RateLimiter
-from server.live import Hub, follow
+from server.live import Hub, SharedReads, follow
 from server.metrics import Metrics
 from server.openapi import DOCS_PAGE, MAX_INT, openapi
 from server.store import (
@@ -102,6 +102,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
     hub = Hub()
+    reads = SharedReads(store)
     sync_limiter = RateLimiter(settings.rate_limit_per_minute, burst=max(1, settings.rate_limit_per_minute / 6))
     auth_limiter = RateLimiter(settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3))
     sessions = auth.SessionCache(settings.session_cache_seconds)
@@ -377,7 +378,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             return
         await store.record_cursor(session.account_id, session.device_id, cursor)
         await follow(
-            websocket.send, websocket.close, store, hub, session.account_id, cursor, settings.ping_seconds
+            websocket.send, websocket.close, reads, hub, session.account_id, cursor, settings.ping_seconds
         )
 
     # --- operations and static assets ----------------------------------------------------------

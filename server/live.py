@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from server.store import CursorExpired, EventStore
 from shared.models import CaughtUpFrame, EventFrame, PingFrame
@@ -56,10 +57,43 @@ class Hub:
         return sum(len(s) for s in self._listeners.values())
 
 
+@dataclass(frozen=True)
+class Page:
+    """One read of the log, with each event's frame serialized once for every socket."""
+
+    frames: list[tuple[int, str]]  # (seq, the JSON text of its event frame)
+    has_more: bool
+    current_seq: int
+
+
+class SharedReads:
+    """Sockets of one account woken by the same commit sit at the same cursor: the first one's
+    read of the log is shared with the others that ask for the same (account, cursor) while it is
+    in flight, so one commit costs one read, not one per socket."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self._pending: dict[tuple[str, int], asyncio.Future[Page]] = {}
+
+    async def read(self, account_id: str, cursor: int) -> Page:
+        key = (account_id, cursor)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._read(account_id, cursor))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _: self._pending.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _read(self, account_id: str, cursor: int) -> Page:
+        updates = await self._store.read_updates(account_id, cursor, BACKLOG_PAGE)
+        frames = [(e.seq, json.dumps(EventFrame(event=e).wire())) for e in updates.events]
+        return Page(frames, updates.has_more, updates.current_seq)
+
+
 async def follow(
     send: Callable[[str], Awaitable[None]],
     close: Callable[[int, str], Awaitable[None]],
-    store: EventStore,
+    reads: SharedReads,
     hub: Hub,
     account_id: str,
     cursor: int,
@@ -77,16 +111,16 @@ async def follow(
                 await close(1001, "going_away")
                 return
             try:
-                updates = await store.read_updates(account_id, cursor, BACKLOG_PAGE)
+                page = await reads.read(account_id, cursor)
             except CursorExpired:
                 await close(4410, "cursor_expired")
                 return
-            for event in updates.events:
-                await send(json.dumps(EventFrame(event=event).wire()))
-            if updates.has_more:
-                cursor = updates.events[-1].seq
+            for _, frame in page.frames:
+                await send(frame)
+            if page.has_more:
+                cursor = page.frames[-1][0]
                 continue
-            cursor = max(cursor, updates.current_seq)
+            cursor = max(cursor, page.current_seq)
             if not caught_up:
                 caught_up = True
                 await send(json.dumps(CaughtUpFrame(seq=cursor).wire()))

@@ -78,3 +78,27 @@ async def test_close_codes(app: Quart) -> None:
     # Bearer tokens are not sent by browsers on their own, so no Origin check for them.
     async with client.websocket("/sync/live", headers={**bearer(session), "Origin": "http://other"}) as ws:
         assert await receive(ws) == {"type": "caughtUp", "seq": 0}
+
+
+async def test_sockets_woken_by_one_commit_share_one_read() -> None:
+    from server.live import SharedReads
+    from server.store import Updates
+    from shared.models import LoggedEvent
+
+    calls = 0
+
+    class CountingStore:
+        async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
+            nonlocal calls
+            calls += 1
+            await asyncio.sleep(0.01)
+            event = LoggedEvent.model_validate({**chat_created(new_id()), "seq": after_seq + 1, "origin": "d"})
+            return Updates(events=[event], has_more=False, current_seq=after_seq + 1)
+
+    reads = SharedReads(CountingStore())  # type: ignore[arg-type]
+    pages = await asyncio.gather(*(reads.read("a", 5) for _ in range(100)))
+    assert calls == 1 and all(p.frames == pages[0].frames for p in pages)
+    assert pages[0].frames[0][0] == 6 and json.loads(pages[0].frames[0][1])["event"]["seq"] == 6
+    await reads.read("a", 6)  # another cursor: another read
+    await reads.read("a", 5)  # the first read is over: a new one
+    assert calls == 3
