@@ -1,0 +1,127 @@
+"""Benchmark: live fan-out latency and the memory of idle sockets, on one server process.
+
+Run on demand:  .venv/bin/python -m tests.bench.bench_fanout [--sockets 1000] [--idle 10000]
+The server runs in a process of its own (on PostgreSQL, in a fresh schema); this process holds
+the sockets. Prints:
+  * latency from the start of a POST /sync/events to each of --sockets sockets of that account
+    (spread over 20 devices) receiving the event's frame: p50 / p99 over --events events
+    (target: p99 <= 50 ms);
+  * the server's resident memory with --idle idle sockets open (target: 10,000 within 1 GiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import websockets
+
+from tests.conftest import drop_schema, postgres_schema
+from tests.processes import Server
+
+DEVICES = 20
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def open_sockets(url: str, tokens: list[str], count: int) -> list[websockets.ClientConnection]:
+    sockets: list[websockets.ClientConnection] = []
+    for start in range(0, count, 200):
+        batch = [
+            websockets.connect(url, additional_headers={"Authorization": f"Bearer {tokens[i % len(tokens)]}"},
+                               open_timeout=60, ping_interval=None, max_queue=None)
+            for i in range(start, min(count, start + 200))
+        ]
+        sockets += await asyncio.gather(*batch)
+    for socket in sockets:  # past the backlog
+        while json.loads(await socket.recv())["type"] != "caughtUp":
+            pass
+    return sockets
+
+
+async def measure(args: argparse.Namespace) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # the server inherits it
+    schema, url = await postgres_schema()
+    server = Server(url, Path(f"/tmp/bench-fanout-{schema}.log"), rate_limit_per_minute="0",
+                    auth_rate_limit_per_minute="0")
+    await asyncio.to_thread(server.start)
+    assert server.process is not None
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            await http.post("/auth/signup", json={"username": "fan", "password": "long enough password"})
+            tokens = []
+            for i in range(DEVICES):
+                login = await http.post(
+                    "/auth/login", json={"username": "fan", "password": "long enough password", "deviceName": f"d{i}"}
+                )
+                tokens.append(login.json()["token"])
+            ws_url = server.url.replace("http://", "ws://") + "/sync/live?afterSeq=0"
+
+            # 1. Fan-out latency.
+            sockets = await open_sockets(ws_url, tokens, args.sockets)
+            latencies: list[float] = []
+            headers = {"Authorization": f"Bearer {tokens[0]}"}
+            for _ in range(args.events):
+                chat = str(uuid.uuid4())
+                event = {"eventId": str(uuid.uuid4()), "type": "ChatCreated", "createdAt": "2026-11-30T12:00:00Z",
+                         "payload": {"id": chat, "title": "fan-out", "createdAt": "2026-11-30T12:00:00Z"}}
+                started = time.perf_counter()
+                posting = asyncio.ensure_future(http.post("/sync/events", json={"events": [event]}, headers=headers))
+
+                async def arrival(socket: websockets.ClientConnection) -> float:
+                    while True:
+                        frame = json.loads(await socket.recv())
+                        if frame["type"] == "event":
+                            return time.perf_counter() - started
+
+                latencies += await asyncio.gather(*(arrival(s) for s in sockets))
+                await posting
+                await asyncio.sleep(0.05)
+            for socket in sockets:
+                await socket.close()
+            latencies.sort()
+            p50 = statistics.median(latencies) * 1000
+            p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+
+            # 2. Memory of idle sockets.
+            await asyncio.sleep(1)
+            before = rss_mib(server.process.pid)
+            idle = await open_sockets(ws_url, tokens, args.idle)
+            await asyncio.sleep(2)
+            after = rss_mib(server.process.pid)
+            for socket in idle:
+                await socket.close()
+    finally:
+        server.stop()
+        await drop_schema(schema)
+
+    print(f"one server process on PostgreSQL; sockets spread over {DEVICES} devices of one account")
+    print(f"  fan-out to {args.sockets} sockets, {args.events} events: p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+          f" (target p99 <= 50 ms)")
+    print(f"  {args.idle} idle sockets: server RSS {before:.0f} MiB -> {after:.0f} MiB"
+          f" ({(after - before) * 1024 / args.idle:.1f} KiB per socket; target: within 1024 MiB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sockets", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=30)
+    parser.add_argument("--idle", type=int, default=10_000)
+    asyncio.run(measure(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
