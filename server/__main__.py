@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from server import auth
 from server.app import create_app, describe, open_store, utc_now
 from server.config import Settings, add_arguments
+from server.hypercorn_tweaks import decline_websocket_compression
 from server.store import UsernameTaken
 from shared.models import Credentials
 
@@ -81,6 +82,7 @@ async def _compact(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> None:
+    decline_websocket_compression()
     app = create_app(settings)
     config = Config()
     config.bind = [f"{settings.host}:{settings.port}"]

@@ -318,8 +318,9 @@ class Appender:
         if self._db.dialect == "postgres":
             await tx.execute(_PG_LOG_WRITE, *_columns(log_rows, 10), *_columns(id_rows, 3), *_columns(sorted(heads.items()), 2))
         else:
-            await tx.insert_rows("events", EVENT_COLUMNS, log_rows)
-            await tx.insert_rows("event_ids", EVENT_ID_COLUMNS, id_rows)
+            for name, columns, rows in (("events", EVENT_COLUMNS, log_rows), ("event_ids", EVENT_ID_COLUMNS, id_rows)):
+                names, marks = ", ".join(n for n, _ in columns), ", ".join("?" for _ in columns)
+                await tx.executemany(f"INSERT INTO {name} ({names}) VALUES ({marks})", rows)
             await tx.executemany(
                 "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
             )

@@ -40,11 +40,6 @@ Row = tuple[Any, ...]
 class Tx(Protocol):
     async def execute(self, sql: str, *params: Any) -> None: ...
 
-    async def insert_rows(
-        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
-    ) -> None:
-        """Insert many rows at once; ``columns`` are (name, "text" | "bigint") pairs."""
-
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
     async def fetchone(self, sql: str, *params: Any) -> Row | None: ...
@@ -81,13 +76,6 @@ def open_database(url: str) -> Database:
 class _SqliteTx:
     def __init__(self, conn: sqlite_anyio.Connection) -> None:
         self._conn = conn
-
-    async def insert_rows(
-        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
-    ) -> None:
-        names = ", ".join(name for name, _ in columns)
-        marks = ", ".join("?" for _ in columns)
-        await self.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
 
     async def execute(self, sql: str, *params: Any) -> None:
         await self._conn.execute(sql, params)
@@ -168,18 +156,6 @@ def _numbered(sql: str) -> str:
 class _PostgresTx:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
-
-    async def insert_rows(
-        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
-    ) -> None:
-        """One statement with one array per column: a fixed text, prepared once, whatever the
-        number of rows (cheaper than executemany from a handful of rows up)."""
-        names = ", ".join(name for name, _ in columns)
-        arrays = ", ".join(f"${i + 1}::{kind}[]" for i, (_, kind) in enumerate(columns))
-        await self._conn.execute(
-            f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})",
-            *([row[i] for row in rows] for i in range(len(columns))),
-        )
 
     async def execute(self, sql: str, *params: Any) -> None:
         await self._conn.execute(_numbered(sql), *params)

@@ -58,7 +58,7 @@ def decode_page(token: str) -> tuple[str, str]:
     return table, after_id
 
 
-EVENT_COLUMNS = "seq, event_id, type, payload, created_at, origin"
+LOGGED_COLUMNS = "seq, event_id, type, payload, created_at, origin"
 
 
 def _logged(row: tuple[Any, ...]) -> LoggedEvent:
@@ -118,7 +118,7 @@ class SqlEventStore:
             if after_seq + 1 < min_available:
                 raise CursorExpired(min_available, head)
             rows = await tx.fetchall(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                f"SELECT {LOGGED_COLUMNS} FROM events WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 account_id,
                 after_seq,
                 limit + 1,

@@ -67,3 +67,16 @@ async def test_shutdown_closes_live_sockets_with_going_away(tmp_path: Path) -> N
         assert await asyncio.to_thread(server.process.wait, 15) == 0
     finally:
         server.stop()
+
+
+async def test_the_server_declines_websocket_compression(tmp_path: Path) -> None:
+    # Each compressed socket would keep ~90 KiB of zlib state (server/hypercorn_tweaks.py).
+    server = Server(f"sqlite:///{tmp_path / 'chat.db'}", tmp_path / "server.log")
+    await asyncio.to_thread(server.start)
+    try:
+        url = server.url.replace("http://", "ws://") + "/sync/live"
+        async with websockets.connect(url) as socket:  # offers permessage-deflate, as browsers do
+            assert socket.response is not None
+            assert "sec-websocket-extensions" not in {k.lower() for k in socket.response.headers}
+    finally:
+        server.stop()
