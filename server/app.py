@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from server.compactor import run_compactor
 from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
-from server.fanout import PostgresListener
+from server.fanout import PostgresListener, publish_delta
 from server.limits import RateLimiter
 from server.live import Hub, SharedReads, follow
 from server.metrics import Metrics
@@ -111,6 +112,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.extensions["store"] = store
     app.extensions["hub"] = hub
     app.extensions["metrics"] = metrics
+    # For the assistant runs: stream a reply's tokens to the account's live sockets.
+    app.extensions["publish_delta"] = functools.partial(publish_delta, store.db, hub)
 
     background: list[asyncio.Task[None]] = []
 

@@ -11,13 +11,41 @@ went by while it was away.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
 import asyncpg
 
 from server.appender import NOTIFY_CHANNEL
+from server.db import Database
 from server.live import Hub
+from shared.models import DeltaFrame
+
+# Streamed tokens (``delta`` frames) reach every process's sockets through this channel, as
+# "<account> <frame JSON>". A NOTIFY payload holds under 8,000 bytes, so long texts are split.
+DELTA_CHANNEL = "chat_delta"
+DELTA_CHUNK = 1000  # characters: at most 4 bytes each in UTF-8, with room for the frame around
+
+
+def delta_frames(frame: DeltaFrame) -> list[str]:
+    """The frame as JSON texts small enough for one notification each, offsets kept right."""
+    chunks = [frame.text[i : i + DELTA_CHUNK] for i in range(0, len(frame.text), DELTA_CHUNK)] or [""]
+    offsets = [frame.offset + i * DELTA_CHUNK for i in range(len(chunks))]
+    return [
+        json.dumps(frame.model_copy(update={"text": chunk, "offset": offset}).wire())
+        for chunk, offset in zip(chunks, offsets)
+    ]
+
+
+async def publish_delta(db: Database, hub: Hub, account_id: str, frame: DeltaFrame) -> None:
+    """Send a delta frame to every socket of the account: through PostgreSQL to every process
+    (this one included, by its own listener), or straight to this process's sockets on SQLite."""
+    for text in delta_frames(frame):
+        if db.dialect == "postgres":
+            await db.read_one("SELECT pg_notify(?, ?)", DELTA_CHANNEL, f"{account_id} {text}")
+        else:
+            hub.publish(account_id, text)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +73,11 @@ class PostgresListener:
         return self._connected.is_set()
 
     def _on_notification(self, connection: Any, pid: int, channel: str, payload: str) -> None:
-        account, _, _ = payload.partition(" ")
-        self._hub.notify(account)
+        account, _, rest = payload.partition(" ")
+        if channel == DELTA_CHANNEL:
+            self._hub.publish(account, rest)
+        else:
+            self._hub.notify(account)
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -62,6 +93,7 @@ class PostgresListener:
             try:
                 connection.add_termination_listener(lambda _: lost.set())
                 await connection.add_listener(NOTIFY_CHANNEL, self._on_notification)
+                await connection.add_listener(DELTA_CHANNEL, self._on_notification)
                 backoff = 0.1
                 if self._connected.is_set():
                     self._hub.notify_all()  # back after a gap: nothing may stay unseen

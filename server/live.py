@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,9 +20,23 @@ from shared.models import CaughtUpFrame, EventFrame, PingFrame
 BACKLOG_PAGE = 500
 
 
+# Deltas are not durable: a socket too slow to take them loses the oldest, and the message's next
+# checkpoint in the log brings it up to date.
+MAX_PENDING_DELTAS = 1000
+
+
+class Subscription:
+    """One live socket's mailbox: whether the log changed, and the delta frames to pass on."""
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self.log_changed = True  # the backlog is to be read first
+        self.deltas: deque[str] = deque(maxlen=MAX_PENDING_DELTAS)
+
+
 class Hub:
     def __init__(self) -> None:
-        self._listeners: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._listeners: dict[str, set[Subscription]] = defaultdict(set)
         self.closing = False
 
     def go_away(self) -> None:
@@ -30,28 +44,35 @@ class Hub:
         self.closing = True
         self.notify_all()
 
-    def subscribe(self, account_id: str) -> asyncio.Event:
-        wake = asyncio.Event()
-        self._listeners[account_id].add(wake)
-        return wake
+    def subscribe(self, account_id: str) -> Subscription:
+        subscription = Subscription()
+        self._listeners[account_id].add(subscription)
+        return subscription
 
-    def unsubscribe(self, account_id: str, wake: asyncio.Event) -> None:
+    def unsubscribe(self, account_id: str, subscription: Subscription) -> None:
         listeners = self._listeners.get(account_id)
         if listeners is not None:
-            listeners.discard(wake)
+            listeners.discard(subscription)
             if not listeners:
                 del self._listeners[account_id]
 
     def notify(self, account_id: str) -> None:
-        for wake in self._listeners.get(account_id, ()):
-            wake.set()
+        """The account's log changed: its sockets read what is new after their own cursors."""
+        for subscription in self._listeners.get(account_id, ()):
+            subscription.log_changed = True
+            subscription.ready.set()
 
     def notify_all(self) -> None:
         """Wake every socket (after a notification may have been missed): each re-reads from its
         own cursor, so a spurious wake-up costs one read and nothing else."""
-        for listeners in self._listeners.values():
-            for wake in listeners:
-                wake.set()
+        for account_id in list(self._listeners):
+            self.notify(account_id)
+
+    def publish(self, account_id: str, frame: str) -> None:
+        """Pass a non-durable frame (a ``delta``) to the account's sockets in this process."""
+        for subscription in self._listeners.get(account_id, ()):
+            subscription.deltas.append(frame)
+            subscription.ready.set()
 
     def socket_count(self) -> int:
         return sum(len(s) for s in self._listeners.values())
@@ -102,31 +123,36 @@ async def follow(
     """One live socket (PROTOCOL.md, WS /sync/live): the backlog after ``cursor``, ``caughtUp``,
     then every new event as it commits, pings while idle. Every event comes from the store after
     the socket's own cursor, so the stream has no gap and no duplicate."""
-    wake = hub.subscribe(account_id)  # before the backlog read, so no commit slips between
+    mailbox = hub.subscribe(account_id)  # before the backlog read, so no commit slips between
     try:
         caught_up = False
         while True:
-            wake.clear()
+            mailbox.ready.clear()
             if hub.closing:
                 await close(1001, "going_away")
                 return
-            try:
-                page = await reads.read(account_id, cursor)
-            except CursorExpired:
-                await close(4410, "cursor_expired")
-                return
-            for _, frame in page.frames:
-                await send(frame)
-            if page.has_more:
-                cursor = page.frames[-1][0]
-                continue
-            cursor = max(cursor, page.current_seq)
-            if not caught_up:
-                caught_up = True
-                await send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+            if mailbox.log_changed:
+                mailbox.log_changed = False
+                try:
+                    page = await reads.read(account_id, cursor)
+                except CursorExpired:
+                    await close(4410, "cursor_expired")
+                    return
+                for _, frame in page.frames:
+                    await send(frame)
+                if page.has_more:
+                    cursor = page.frames[-1][0]
+                    mailbox.log_changed = True
+                    continue
+                cursor = max(cursor, page.current_seq)
+                if not caught_up:
+                    caught_up = True
+                    await send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+            while mailbox.deltas:
+                await send(mailbox.deltas.popleft())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), ping_seconds)
+                await asyncio.wait_for(mailbox.ready.wait(), ping_seconds)
                 continue
             await send(json.dumps(PingFrame().wire()))
     finally:
-        hub.unsubscribe(account_id, wake)
+        hub.unsubscribe(account_id, mailbox)

@@ -102,3 +102,27 @@ async def test_sockets_woken_by_one_commit_share_one_read() -> None:
     await reads.read("a", 6)  # another cursor: another read
     await reads.read("a", 5)  # the first read is over: a new one
     assert calls == 3
+
+
+async def test_delta_frames_reach_the_accounts_sockets_in_order(app: Quart, client: Client) -> None:
+    from shared.models import DeltaFrame
+
+    session, other = await signup(client, "streamer"), await signup(client, "bystander")
+    publish = app.extensions["publish_delta"]
+    message_id, run_id = new_id(), new_id()
+    long_text = "".join(chr(0x430 + i % 32) for i in range(2500))  # split: a notification is small
+    async with client.websocket("/sync/live", headers=bearer(session)) as ws, client.websocket(
+        "/sync/live", headers=bearer(other)
+    ) as bystander:
+        assert (await receive(ws))["type"] == "caughtUp"
+        assert (await receive(bystander))["type"] == "caughtUp"
+        await publish(session["userId"], DeltaFrame(message_id=message_id, run_id=run_id, offset=0, text="Hel"))
+        await publish(session["userId"], DeltaFrame(message_id=message_id, run_id=run_id, offset=3, text=long_text))
+        text = ""
+        while len(text) < 3 + len(long_text):
+            frame = await receive(ws)
+            assert frame["type"] == "delta" and frame["messageId"] == message_id and frame["runId"] == run_id
+            assert frame["offset"] == len(text)
+            text += frame["text"]
+        assert text == "Hel" + long_text
+        assert (await receive(bystander, timeout=1.5))["type"] == "ping"  # nothing for another account
