@@ -8,17 +8,17 @@ import asyncpg
 
 from server.appender import NOTIFY_CHANNEL
 from server.fanout import PostgresListener
-from server.live import Hub
+from server.live import Hub, Subscription
 from tests.conftest import POSTGRES_URL
 
 
-async def woken(wake: asyncio.Event, timeout: float = 10) -> bool:
+async def woken(mailbox: Subscription, timeout: float = 10) -> bool:
     try:
-        await asyncio.wait_for(wake.wait(), timeout)
+        await asyncio.wait_for(mailbox.ready.wait(), timeout)
     except TimeoutError:
         return False
-    wake.clear()
-    return True
+    mailbox.ready.clear()
+    return mailbox.log_changed
 
 
 async def test_notifications_wake_the_account_and_a_lost_connection_comes_back() -> None:
@@ -30,7 +30,7 @@ async def test_notifications_wake_the_account_and_a_lost_connection_comes_back()
     try:
         await sender.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', 'account-a 7')")
         assert await woken(mine)
-        assert not other.is_set()
+        assert not other.ready.is_set()
 
         # The listening connection is killed: it reconnects, and wakes everyone in case a
         # notification went by meanwhile.
