@@ -65,6 +65,8 @@ function wireEvents() {
     if (!form) return;
     e.preventDefault();
     send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
+    // Cleared now, not after Python has saved it: what the user types next goes in a clean box.
+    if (form.hasAttribute("data-reset")) form.reset();
   });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && e.target.matches(".composer textarea")) {

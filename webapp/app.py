@@ -30,6 +30,9 @@ class View(Protocol):
 
     def focus(self, selector: str) -> None: ...
 
+    def restore_text(self, selector: str, text: str) -> None:
+        """Put text back into an input the user has not typed into again since."""
+
 
 class AuthApi(Protocol):
     async def signin(self, username: str, password: str, signup: bool) -> Session:
@@ -150,10 +153,12 @@ class Client:
             parent_id=earlier[-1].id if earlier else None,
             created_at=self.s.now(),
         )
-        await self._submit(EventType.MESSAGE_APPENDED, message)
-        self.view.set_html("chat", ui.chat_pane(self.store.chat(self.selected)))
+        try:
+            await self._submit(EventType.MESSAGE_APPENDED, message)
+        except Exception:
+            self.view.restore_text("textarea[name=text]", text)  # not saved: the text goes back
+            raise
         self.redraw()
-        self.view.focus("textarea[name=text]")
 
     async def _submit(self, kind: EventType, payload: Chat | Message) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""

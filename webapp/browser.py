@@ -159,6 +159,11 @@ class DomView:
         if element is not None:
             element.focus()
 
+    def restore_text(self, selector: str, text: str) -> None:
+        element = js.document.querySelector(selector)
+        if element is not None and not element.value:
+            element.value = text
+
 
 def _now() -> str:
     return format_time(datetime.now(timezone.utc))

@@ -68,7 +68,7 @@ def chat_pane(chat: Chat | None) -> str:
     return f"""
 <h2 class="chat-title">{escape(chat.title)}</h2>
 <ol id="messages" class="messages" aria-live="polite"></ol>
-<form class="composer" data-action="send">
+<form class="composer" data-action="send" data-reset>
   <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required></textarea>
   <button type="submit">Send</button>
 </form>"""

@@ -1,0 +1,110 @@
+"""The client's UI logic (webapp/app.py) under CPython, with a recording view."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from shared.ids import Uuid7Generator
+from shared.models import Session
+from webapp.app import AuthFailed, Client, Services
+from webapp.store import FilePersistence, LocalStore
+from webapp.transport import NetworkError
+
+
+class RecordingView:
+    def __init__(self) -> None:
+        self.regions: dict[str, str] = {}
+        self.status = ""
+        self.restored: list[tuple[str, str]] = []
+
+    def set_html(self, region: str, html: str) -> None:
+        self.regions[region] = html
+
+    def set_status(self, status: str, text: str) -> None:
+        self.status = status
+
+    def focus(self, selector: str) -> None:
+        pass
+
+    def restore_text(self, selector: str, text: str) -> None:
+        self.restored.append((selector, text))
+
+
+class OfflineTransport:
+    """The server is out of reach: everything stays local."""
+
+    async def updates(self, after_seq: int, limit: int) -> None:
+        raise NetworkError("offline")
+
+    state = submit = live = updates
+
+
+class FakeAuth:
+    def __init__(self) -> None:
+        self.accept = True
+
+    async def signin(self, username: str, password: str, signup: bool) -> Session:
+        if not self.accept:
+            raise AuthFailed("Wrong username or password.")
+        return Session(user_id="u1", device_id="d1", token="t")
+
+
+def make_client(tmp_path: Path) -> tuple[Client, RecordingView, FakeAuth]:
+    view, auth = RecordingView(), FakeAuth()
+    ticks = itertools.count(1_700_000_000_000)
+    services = Services(
+        store=LocalStore(str(tmp_path / "local.db"), FilePersistence()),
+        view=view,
+        auth=auth,
+        transport=OfflineTransport(),  # type: ignore[arg-type]
+        new_id=Uuid7Generator(ticks.__next__, os.urandom),
+        now=lambda: "2026-11-30T12:00:00.000Z",
+    )
+    return Client(services), view, auth
+
+
+async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
+    client, view, auth = make_client(tmp_path)
+    client.start()
+    assert 'data-action="signin"' in view.regions["root"]
+    auth.accept = False
+    await client.dispatch("signin", {"username": "ann", "password": "wrong one"})
+    assert "Wrong username or password." in view.regions["root"]
+    auth.accept = True
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert "ann" in view.regions["root"] and "New chat" in view.regions["root"]
+
+    await client.dispatch("new-chat", {})
+    assert "Chat 1" in view.regions["chat-list"] and 'class="chat-item selected pending"' in view.regions["chat-list"]
+    await client.dispatch("send", {"text": "  hello <b>world</b>  "})
+    assert "hello &lt;b&gt;world&lt;/b&gt;" in view.regions["messages"]  # escaped
+    assert 'class="message user pending"' in view.regions["messages"]
+    await client.dispatch("send", {"text": "   "})  # blank: nothing
+    assert view.regions["messages"].count("<li") == 1
+    assert client.store.pending_count() == 2
+
+
+async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, view, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+
+    async def disk_full(event: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(client.store, "add_local", disk_full)
+    with pytest.raises(OSError):
+        await client.dispatch("send", {"text": "keep me"})
+    assert view.restored == [("textarea[name=text]", "keep me")]
+
+
+async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
+    client, _, _ = make_client(tmp_path)
+    with pytest.raises(ValueError, match="unknown action"):
+        await client.dispatch("explode", {})
