@@ -42,11 +42,69 @@ async function registerServiceWorker() {
   document.getElementById("update-now").addEventListener("click", () => { window.chatUpdating = true; });
 }
 
+// One tab owns the database at a time (Web Locks): each tab has its own copy in memory and a
+// sync writes whole files, so two writing tabs would overwrite each other. The owner holds
+// OWNER_LOCK for its life; every sync, in any tab, runs under IO_LOCK, so a tab taking over reads
+// the database only after the previous owner's last sync has finished, and a tab that lost
+// ownership syncs nothing more.
+const OWNER_LOCK = "chat-db-owner";
+const IO_LOCK = "chat-db-io";
+let owner = false;
+
+function claimOwnership(steal) {
+  return new Promise((resolve, reject) => {
+    navigator.locks.request(OWNER_LOCK, steal ? { steal: true } : { ifAvailable: true }, async (lock) => {
+      if (!lock) return reject(new Error("owned by another tab"));
+      owner = true;
+      resolve();
+      await new Promise(() => {}); // held until the page goes, or another tab takes it
+    }).catch(() => {
+      if (owner) lostOwnership();
+    });
+  });
+}
+
+function showElsewhere(onUseHere) {
+  const root = document.getElementById("root");
+  root.innerHTML = `<div class="elsewhere" role="alert"><p>This chat is open in another tab.</p>
+    <button type="button" id="use-here">Use it here</button></div>`;
+  document.getElementById("use-here").addEventListener("click", onUseHere, { once: true });
+  status.textContent = "Open in another tab";
+  status.dataset.state = "elsewhere";
+}
+
+function lostOwnership() {
+  owner = false;
+  globalThis.chatStop?.();
+  showElsewhere(() => {
+    sessionStorage.setItem("chat-take-over", "1");
+    location.reload();
+  });
+}
+
+async function becomeOwner() {
+  const takeOver = sessionStorage.getItem("chat-take-over") === "1";
+  sessionStorage.removeItem("chat-take-over");
+  try {
+    await claimOwnership(takeOver);
+  } catch {
+    await new Promise((resolve) => showElsewhere(resolve));
+    document.getElementById("root").innerHTML = '<p class="boot">Opening your chats…</p>';
+    await claimOwnership(true);
+  }
+}
+
+function syncfs(pyodide, populate) {
+  return navigator.locks.request(IO_LOCK, () => {
+    if (!owner) throw new Error("this tab no longer owns the database");
+    return new Promise((resolve, reject) => pyodide.FS.syncfs(populate, (e) => (e ? reject(e) : resolve())));
+  });
+}
+
 // One serialized FS.syncfs(false) at a time; each caller waits for a sync that started after it.
 let syncChain = Promise.resolve();
 function persist(pyodide) {
-  const run = () => new Promise((resolve, reject) =>
-    pyodide.FS.syncfs(false, (error) => (error ? reject(error) : resolve())));
+  const run = () => syncfs(pyodide, false);
   syncChain = syncChain.then(run, run);
   return syncChain;
 }
@@ -87,13 +145,14 @@ async function boot() {
   const [pyodide, bundle] = await Promise.all([
     loadPyodide({ indexURL: "/static/vendor/pyodide/", lockFileURL, packages }),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()),
+    becomeOwner(),
   ]);
   const missing = packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) throw new Error(`packages failed to load: ${missing.join(", ")}`);
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
   pyodide.FS.mkdirTree("/data");
   pyodide.FS.mount(pyodide.FS.filesystems.IDBFS, {}, "/data");
-  await new Promise((resolve, reject) => pyodide.FS.syncfs(true, (e) => (e ? reject(e) : resolve())));
+  await syncfs(pyodide, true);
   globalThis.chatHost = { persist: () => persist(pyodide) };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");

@@ -78,6 +78,12 @@ class Client:
         self._sync_task = asyncio.ensure_future(self.engine.run())
         self._sync_task.add_done_callback(_log_failure)
 
+    def stop(self) -> None:
+        """Stop syncing (this tab no longer owns the database)."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
+
     def _status(self, status: Status) -> None:
         self.view.set_status(str(status), ui.STATUS_TEXT[status])
         if status is Status.SIGNED_OUT:
@@ -118,13 +124,11 @@ class Client:
             self.view.set_html("root", ui.auth_form(str(e)))
             return
         await self.store.set_account(Account(session.user_id, session.device_id, username))
-        if self._sync_task is not None:
-            self._sync_task.cancel()
+        self.stop()
         self.start()
 
     async def _on_signout(self, data: dict[str, Any]) -> None:
-        if self._sync_task is not None:
-            self._sync_task.cancel()
+        self.stop()
         self.view.set_html("root", ui.auth_form())
 
     async def _on_select_chat(self, data: dict[str, Any]) -> None:

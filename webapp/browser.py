@@ -190,6 +190,7 @@ async def main() -> Client:
 
     js.globalThis.chatDispatch = create_proxy(dispatch)
     js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())
+    js.globalThis.chatStop = create_proxy(lambda *_: client.stop())  # another tab took over
     client.start()
     return client
 

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, expect
 
-from tests.processes import Server
 from tests.e2e.pages import api, open_app, send, sign, wait_for_service_worker
+from tests.processes import Server
 
 PASSWORD = "a long password"
 
