@@ -116,12 +116,32 @@ function wireEvents() {
     const target = e.target.closest("[data-action]");
     if (!target || target.tagName === "FORM") return;
     e.preventDefault();
+    flushDraft(); // before the composer of another chat replaces this one
     send(target.dataset.action, { ...target.dataset });
   });
+  // Drafts: the composer's text is saved a moment after typing stops, and at once when the
+  // page is hidden or closed.
+  let draftTimer = null;
+  const saveDraft = () => {
+    clearTimeout(draftTimer);
+    draftTimer = null;
+    const box = document.querySelector("textarea[data-draft]");
+    if (box) send("draft", { text: box.value, chat: box.dataset.chat });
+  };
+  document.addEventListener("input", (e) => {
+    if (!e.target.matches("textarea[data-draft]")) return;
+    clearTimeout(draftTimer);
+    draftTimer = setTimeout(saveDraft, 400);
+  });
+  const flushDraft = () => { if (draftTimer !== null) saveDraft(); };
+  window.addEventListener("pagehide", flushDraft);
+  document.addEventListener("visibilitychange", () => { if (document.hidden) flushDraft(); });
   document.addEventListener("submit", (e) => {
     const form = e.target.closest("form[data-action]");
     if (!form) return;
     e.preventDefault();
+    clearTimeout(draftTimer); // the message supersedes its draft
+    draftTimer = null;
     send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
     // Cleared now, not after Python has saved it: what the user types next goes in a clean box.
     if (form.hasAttribute("data-reset")) form.reset();

@@ -100,7 +100,8 @@ class Client:
             self.selected = first
         self.view.set_html("chat-list", ui.chat_list(chats, self.selected))
         if chat_changed:
-            self.view.set_html("chat", ui.chat_pane(self.store.chat(self.selected) if self.selected else None))
+            chat = self.store.chat(self.selected) if self.selected else None
+            self.view.set_html("chat", ui.chat_pane(chat, self.store.draft(chat.id) if chat else ""))
         if self.selected is not None:
             self.view.set_html("messages", ui.messages(self.store.messages(self.selected)))
 
@@ -162,7 +163,14 @@ class Client:
         except Exception:
             self.view.restore_text("textarea[name=text]", text)  # not saved: the text goes back
             raise
+        await self.store.save_draft(message.chat_id, "")
         self.redraw()
+
+    async def _on_draft(self, data: dict[str, Any]) -> None:
+        """The composer's text, saved as it is typed (debounced by the page), per chat."""
+        chat_id = str(data.get("chat") or self.selected or "")
+        if chat_id:
+            await self.store.save_draft(chat_id, str(data.get("text", "")))
 
     async def _submit(self, kind: EventType, payload: Chat | Message) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""

@@ -69,9 +69,14 @@ def _migration_1(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_2(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE drafts (chat_id TEXT PRIMARY KEY, text TEXT NOT NULL)")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
+    ("0002_drafts", _migration_2),
 ]
 
 
@@ -150,7 +155,7 @@ class LocalStore:
         previous = self.account()
         with self._transaction() as conn:
             if previous is not None and previous.user_id != account.user_id:
-                for table in ("chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events"):
+                for table in ("chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts"):
                     conn.execute(f"DELETE FROM {table}")
             self._set_meta(conn, "account", json.dumps(account.__dict__))
         await self._persistence.flush()
@@ -278,6 +283,23 @@ class LocalStore:
             conn.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {CONFIRMED.name(table)}")
         for pending in self._pending_events(conn):
             self._run(conn, SHOWN, pending)
+
+    # --- drafts: what the composer held, per chat ----------------------------------------------
+
+    async def save_draft(self, chat_id: str, text: str) -> None:
+        with self._transaction() as conn:
+            if text:
+                conn.execute(
+                    "INSERT INTO drafts VALUES (?, ?) ON CONFLICT (chat_id) DO UPDATE SET text = excluded.text",
+                    (chat_id, text),
+                )
+            else:
+                conn.execute("DELETE FROM drafts WHERE chat_id = ?", (chat_id,))
+        await self._persistence.flush()
+
+    def draft(self, chat_id: str) -> str:
+        row = self.conn.execute("SELECT text FROM drafts WHERE chat_id = ?", (chat_id,)).fetchone()
+        return "" if row is None else str(row[0])
 
     # --- reads for the UI ----------------------------------------------------------------------
 

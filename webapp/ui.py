@@ -62,14 +62,15 @@ def chat_list(chats: list[Chat], selected: str | None) -> str:
     return "\n".join(items)
 
 
-def chat_pane(chat: Chat | None) -> str:
+def chat_pane(chat: Chat | None, draft: str = "") -> str:
     if chat is None:
         return '<p class="empty">Create a chat to start.</p>'
     return f"""
 <h2 class="chat-title">{escape(chat.title)}</h2>
 <ol id="messages" class="messages" aria-live="polite"></ol>
 <form class="composer" data-action="send" data-reset>
-  <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required></textarea>
+  <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required
+    data-draft data-chat="{chat.id}">{escape(draft)}</textarea>
   <button type="submit">Send</button>
 </form>"""
 

@@ -108,3 +108,24 @@ async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
     client, _, _ = make_client(tmp_path)
     with pytest.raises(ValueError, match="unknown action"):
         await client.dispatch("explode", {})
+
+
+async def test_drafts_are_kept_per_chat_and_cleared_by_sending(tmp_path: Path) -> None:
+    client, view, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    first = client.selected
+    await client.dispatch("draft", {"text": "half a <thought>", "chat": first})
+    await client.dispatch("new-chat", {})
+    assert "half a" not in view.regions["chat"]  # the new chat's composer is empty
+    await client.dispatch("select-chat", {"id": first})
+    assert "half a &lt;thought&gt;</textarea>" in view.regions["chat"]
+
+    # A reload (memory gone, database kept) brings it back too.
+    client.store.close()
+    reloaded, view, _ = make_client(tmp_path)
+    reloaded.start()
+    await reloaded.dispatch("select-chat", {"id": first})
+    assert "half a &lt;thought&gt;</textarea>" in view.regions["chat"]
+    await reloaded.dispatch("send", {"text": "the whole thought"})
+    assert reloaded.store.draft(first) == ""
