@@ -8,15 +8,17 @@ import itertools
 import json
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import schemathesis
-from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.conftest import drop_schema, postgres_schema
 from tests.processes import Server

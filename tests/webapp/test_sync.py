@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,14 +12,10 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.ids import Uuid7Generator
-from shared.models import Chat, ChatRef, DomainEvent, EventType, Message, Snapshot
-from tests.webapp.inprocess import InProcessTransport
-from webapp.store import FilePersistence, LocalStore, is_pending
-from webapp.sync import Status, SyncEngine
-
-new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
-T = "2026-11-30T12:00:00.000Z"
+from shared.models import Chat, ChatRef, EventType, Message, Snapshot
+from tests.webapp.devices import Device, T, new_id, signup
+from webapp.store import is_pending
+from webapp.sync import Status
 
 
 @pytest.fixture
@@ -29,56 +23,6 @@ async def app(database_url: str) -> AsyncIterator[Quart]:
     app = create_app(Settings(database_url=database_url, ping_seconds=0.2))
     async with app.test_app():
         yield app
-
-
-class Device:
-    """One browser: a local database file and an engine, over an in-process transport."""
-
-    def __init__(self, app: Quart, token: str, path: Path) -> None:
-        self.path = path
-        self.transport = InProcessTransport(app.test_client(use_cookies=False), token)
-        self.changes = 0
-        self.open()
-
-    def open(self) -> None:
-        self.store = LocalStore(str(self.path), FilePersistence())
-        self.engine = SyncEngine(
-            self.store, self.transport, self._changed, lambda s: None, min_backoff=0.01, max_backoff=0.05
-        )
-
-    def reload(self) -> None:
-        """The tab is closed and opened again: memory is lost, the database file stays."""
-        self.store.close()
-        self.open()
-
-    def _changed(self) -> None:
-        self.changes += 1
-
-    async def add(self, kind: EventType, payload: Chat | ChatRef | Message) -> DomainEvent:
-        event = DomainEvent(event_id=new_id(), type=kind, payload=payload, created_at=T)
-        await self.store.add_local(event)
-        return event
-
-    async def new_chat(self) -> str:
-        chat = Chat(id=new_id(), title="chat", created_at=T)
-        await self.add(EventType.CHAT_CREATED, chat)
-        return chat.id
-
-    async def say(self, chat_id: str, text: str) -> str:
-        message = Message(id=new_id(), chat_id=chat_id, role="user", content=text, created_at=T)
-        await self.add(EventType.MESSAGE_APPENDED, message)
-        return message.id
-
-    async def sync(self) -> None:
-        await self.engine.pull()
-        await self.engine.push()
-        await self.engine.pull()
-
-
-async def signup(app: Quart) -> str:
-    response = await app.test_client().post("/auth/signup", json={"username": "ann", "password": "long enough"})
-    token: str = (await response.get_json())["token"]
-    return token
 
 
 async def server_state(device: Device) -> Snapshot:

@@ -1,0 +1,209 @@
+"""Hypothesis drives several clients against one in-process server: sends, edits and deletes,
+chats created and deleted, devices going offline and online, answers lost or duplicated, tabs
+reloaded (memory lost, disk kept), the log compacted, events rejected.
+
+Invariants at every step: a client's confirmed state is the server's state at that client's cursor
+(the replay of the whole history up to it); the log never holds a message twice. At the end, after
+everyone syncs, every client shows exactly the server's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from server.app import create_app
+from server.config import Settings
+from shared.models import ChatRef, EventType, LoggedEvent, Message, MessageRef
+from tests.server.replay import as_state, replay
+from tests.webapp.devices import Device, T, new_id, signup
+from webapp.transport import NetworkError
+
+DEVICES = 3
+
+
+def ticking_clock() -> Callable[[], datetime]:
+    """The server's clock, a second later at each reading: every event is older than "now" when
+    compaction runs, however fast the steps go."""
+    moments = (datetime(2026, 11, 30, tzinfo=timezone.utc) + timedelta(seconds=n) for n in itertools.count())
+    return lambda: next(moments)
+
+
+class SyncMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = tempfile.TemporaryDirectory()
+        root = Path(self.dir.name)
+        settings = Settings(
+            database_url=f"sqlite:///{root / 'server.db'}", compact_interval_seconds=0, rate_limit_per_minute=0
+        )
+        self.app = create_app(settings, clock=ticking_clock())
+        self.context = self.app.test_app()
+        self.run(self.context.__aenter__())
+        token = self.run(signup(self.app))
+        self.devices = [Device(self.app, token, root / f"device{i}.db") for i in range(DEVICES)]
+        self.reader = self.devices[0].transport  # reads the log for the test's own record
+        self.history: list[LoggedEvent] = []  # every event ever logged, compacted or not
+        self.chats: list[str] = []
+        self.messages: list[tuple[str, str]] = []  # (message, chat)
+
+    def run(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
+
+    def teardown(self) -> None:
+        for device in self.devices:
+            device.store.close()
+        self.run(self.context.__aexit__(None, None, None))
+        self.loop.close()
+        self.dir.cleanup()
+
+    def record(self) -> None:
+        """Catch the test's own record up with the log (before anything can compact it)."""
+        offline, self.reader.offline = self.reader.offline, False
+        while True:
+            after = self.history[-1].seq if self.history else 0
+            page = self.run(self.reader.updates(after, 1000))
+            self.history += page.events
+            if not page.has_more:
+                break
+        self.reader.offline = offline
+
+    # --- what users do --------------------------------------------------------------------
+
+    @rule(device=st.integers(0, DEVICES - 1))
+    def create_chat(self, device: int) -> None:
+        self.chats.append(self.run(self.devices[device].new_chat()))
+
+    @precondition(lambda self: self.chats)
+    @rule(device=st.integers(0, DEVICES - 1), pick=st.integers(0, 1000))
+    def send(self, device: int, pick: int) -> None:
+        chat = self.chats[pick % len(self.chats)]
+        self.messages.append((self.run(self.devices[device].say(chat, f"m{len(self.messages)}")), chat))
+
+    @precondition(lambda self: self.messages)
+    @rule(device=st.integers(0, DEVICES - 1), pick=st.integers(0, 1000))
+    def edit(self, device: int, pick: int) -> None:
+        message, chat = self.messages[pick % len(self.messages)]
+        edited = Message(id=message, chat_id=chat, role="user", content=f"edited {pick}", created_at=T)
+        self.run(self.devices[device].add(EventType.MESSAGE_EDITED, edited))
+
+    @precondition(lambda self: self.messages)
+    @rule(device=st.integers(0, DEVICES - 1), pick=st.integers(0, 1000))
+    def delete_message(self, device: int, pick: int) -> None:
+        message, chat = self.messages[pick % len(self.messages)]
+        self.run(self.devices[device].add(EventType.MESSAGE_DELETED, MessageRef(id=message, chat_id=chat)))
+
+    @precondition(lambda self: self.chats)
+    @rule(device=st.integers(0, DEVICES - 1), pick=st.integers(0, 1000))
+    def delete_chat(self, device: int, pick: int) -> None:
+        chat = self.chats[pick % len(self.chats)]
+        self.run(self.devices[device].add(EventType.CHAT_DELETED, ChatRef(id=chat)))
+
+    @rule(device=st.integers(0, DEVICES - 1))
+    def send_to_a_chat_the_server_never_had(self, device: int) -> None:
+        self.run(self.devices[device].say(new_id(), "rejected"))
+
+    # --- what the network and the browser do ------------------------------------------------
+
+    @rule(device=st.integers(0, DEVICES - 1), offline=st.booleans())
+    def network(self, device: int, offline: bool) -> None:
+        self.devices[device].transport.offline = offline
+
+    @rule(device=st.integers(0, DEVICES - 1), compact_first=st.sampled_from([None, None, 0, 10**9]))
+    def sync(self, device: int, compact_first: int | None) -> None:
+        if compact_first is not None:  # often just before a device comes back: the case that matters
+            self.compact(compact_first)
+        with contextlib.suppress(NetworkError):
+            self.run(self.devices[device].sync())
+        self.record()
+
+    @rule(device=st.integers(0, DEVICES - 1), times=st.integers(1, 2))
+    def push_whose_answer_is_lost(self, device: int, times: int) -> None:
+        """The server takes the batch (maybe twice) but the answers never arrive."""
+        target = self.devices[device]
+        pending = [p.event for p in target.store.outbox()]
+        if pending and not target.transport.offline:
+            for _ in range(times):
+                self.run(target.transport.submit(pending))
+        self.record()
+
+    @rule(device=st.integers(0, DEVICES - 1))
+    def reload(self, device: int) -> None:
+        self.devices[device].reload()
+
+    @rule(retention=st.sampled_from([0, 10**9]))
+    def compact_the_log(self, retention: int) -> None:
+        self.compact(retention)
+
+    def compact(self, retention: int) -> None:
+        self.record()
+        self.run(self.app.extensions["store"].compact_all(retention_seconds=retention, grace_seconds=0))
+
+    # --- invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def confirmed_state_is_the_servers_state_at_the_cursor(self) -> None:
+        for device in self.devices:
+            cursor = device.store.last_seq()
+            expected = replay([e for e in self.history if e.seq <= cursor])
+            assert as_state(device.store.confirmed()) == expected, f"device at {cursor}"
+
+    @invariant()
+    def no_message_is_logged_twice(self) -> None:
+        appended = [e.payload.id for e in self.history if e.type == EventType.MESSAGE_APPENDED]
+        assert len(appended) == len(set(appended))
+
+    def check_convergence(self) -> None:
+        for device in self.devices:
+            device.transport.offline = False
+        for _ in range(2):  # everyone pushes, then everyone pulls what the others pushed
+            for device in self.devices:
+                self.run(device.sync())
+        self.record()
+        server = as_state(self.run(server_snapshot(self.reader)))
+        assert server == replay(self.history)
+        for device in self.devices:
+            assert device.store.pending_count() == 0
+            assert as_state(device.store.confirmed()) == server
+            shown = {c.id for c in device.store.chats()}, {
+                m.id for c in device.store.chats() for m in device.store.messages(c.id)
+            }
+            assert shown == (set(server["chats"]), set(server["messages"]))
+
+
+async def server_snapshot(transport: Any) -> Any:
+    from shared.models import Snapshot
+
+    state = await transport.state(None, None)
+    chats, messages, page = list(state.snapshot.chats), list(state.snapshot.messages), state.next_page
+    while page:
+        more = await transport.state(state.up_to_seq, page)
+        chats, messages, page = chats + more.snapshot.chats, messages + more.snapshot.messages, more.next_page
+    return Snapshot(chats=chats, messages=messages)
+
+
+class ConvergingMachine(SyncMachine):
+    """The same, with a final sync of every device and the end-state check as the last step."""
+
+    def teardown(self) -> None:
+        try:
+            self.check_convergence()
+        finally:
+            super().teardown()
+
+
+ConvergingMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+)
+test_clients_converge = ConvergingMachine.TestCase
