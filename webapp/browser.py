@@ -43,17 +43,23 @@ FRAME = TypeAdapter(Frame)
 
 
 class IdbfsPersistence:
-    """Bump the files' mtimes (IDBFS skips a same-millisecond change), then one awaited,
-    serialized ``FS.syncfs(false)`` with strict IndexedDB durability (static/app.js)."""
+    """Bump the changed files' mtimes, then one awaited, serialized ``FS.syncfs(false)`` with
+    strict IndexedDB durability (static/app.js).
+
+    IDBFS stores each file whose mtime differs from the stored one, whole. A change in the same
+    millisecond as the last sync would be skipped, so the files that changed get a strictly newer
+    mtime; the database file is touched only when it changed (at a checkpoint), or every commit
+    would rewrite all of it."""
 
     def __init__(self, path: str) -> None:
-        self._paths = [path, path + "-wal", path + "-shm"]
+        self._database = path
+        self._always = [path + "-wal", path + "-shm"]
         self._last_ms = 0
 
-    async def flush(self) -> None:
+    async def flush(self, database_file_changed: bool) -> None:
         self._last_ms = max(int(time.time() * 1000), self._last_ms + 1)
         ns = self._last_ms * 1_000_000
-        for path in self._paths:
+        for path in self._always + ([self._database] if database_file_changed else []):
             if os.path.exists(path):
                 os.utime(path, ns=(ns, ns))
         await js.chatHost.persist()
@@ -172,6 +178,7 @@ def _now() -> str:
 async def main() -> Client:
     """Open the local database and start the client; called by static/app.js."""
     store = LocalStore(DB_PATH, IdbfsPersistence(DB_PATH))
+    await store.open()
     new_id = Uuid7Generator(lambda: int(time.time() * 1000), os.urandom)
     client = Client(
         Services(

@@ -13,6 +13,7 @@ saved (and may reach the network) only once that has returned.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,15 +29,23 @@ CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
 
 
 class Persistence(Protocol):
-    async def flush(self) -> None:
-        """Make every committed change durable before returning."""
+    async def flush(self, database_file_changed: bool) -> None:
+        """Make every committed change durable before returning. In WAL mode a commit changes
+        only the -wal file; the database file itself changes only at a checkpoint, and then
+        ``database_file_changed`` says so (a whole-file store need not rewrite it otherwise)."""
 
 
 class FilePersistence:
     """A database file on a real disk is durable once SQLite has committed."""
 
-    async def flush(self) -> None:
+    async def flush(self, database_file_changed: bool) -> None:
         return None
+
+
+# The -wal file is checkpointed into the database file once it is this large. Each durable commit
+# persists the whole -wal file and each checkpoint the whole database file, so this trades the one
+# against the other.
+CHECKPOINT_WAL_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,12 +92,13 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 class LocalStore:
     def __init__(self, path: str, persistence: Persistence) -> None:
         self._persistence = persistence
+        self._wal_path = path + "-wal"
         conn = sqlite3.connect(path, isolation_level=None)
         conn.row_factory = sqlite3.Row
         # WAL with a small journal: a commit persists the small -wal file, not the whole database.
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA journal_size_limit=262144")
-        conn.execute("PRAGMA wal_autocheckpoint=256")
+        conn.execute(f"PRAGMA journal_size_limit={CHECKPOINT_WAL_BYTES}")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # we checkpoint ourselves: see _durable
         conn.execute("PRAGMA synchronous=NORMAL")
         self._conn: sqlite3.Connection | None = conn
         self._migrate()
@@ -144,6 +154,18 @@ class LocalStore:
             (key, value),
         )
 
+    async def open(self) -> None:
+        """After opening: persist everything once (migrations, a checkpoint made at close)."""
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        await self._persistence.flush(database_file_changed=True)
+
+    async def _durable(self) -> None:
+        """Called after every write transaction: persist it, checkpointing when the -wal is big."""
+        checkpoint = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > CHECKPOINT_WAL_BYTES
+        if checkpoint:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        await self._persistence.flush(database_file_changed=checkpoint)
+
     # --- account and cursor --------------------------------------------------------------------
 
     def account(self) -> Account | None:
@@ -158,7 +180,7 @@ class LocalStore:
                 for table in ("chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts"):
                     conn.execute(f"DELETE FROM {table}")
             self._set_meta(conn, "account", json.dumps(account.__dict__))
-        await self._persistence.flush()
+        await self._durable()
 
     def last_seq(self) -> int:
         return int(self._meta("last_seq") or 0)
@@ -173,7 +195,7 @@ class LocalStore:
                 (event.event_id, event.entity_id(), json.dumps(event.wire())),
             )
             self._run(conn, SHOWN, event)
-        await self._persistence.flush()
+        await self._durable()
 
     def outbox(self, limit: int = 100) -> list[Pending]:
         rows = self.conn.execute(
@@ -206,7 +228,7 @@ class LocalStore:
             self._drop_logged(conn)
             if rejected:
                 self._rebuild_shown(conn)
-        await self._persistence.flush()
+        await self._durable()
 
     async def record_failure(self, event_ids: list[str], error: str) -> None:
         with self._transaction() as conn:
@@ -214,7 +236,7 @@ class LocalStore:
                 "UPDATE pending_events SET attempts = attempts + 1, last_error = ? WHERE event_id = ?",
                 [(error, e) for e in event_ids],
             )
-        await self._persistence.flush()
+        await self._durable()
 
     # --- remote changes ------------------------------------------------------------------------
 
@@ -242,7 +264,7 @@ class LocalStore:
                 for pending in self._pending_events(conn):
                     self._run(conn, SHOWN, pending)
         if applied or current_seq is not None:
-            await self._persistence.flush()
+            await self._durable()
         return applied
 
     async def replace(self, snapshot: Snapshot, up_to_seq: int) -> None:
@@ -254,7 +276,7 @@ class LocalStore:
             self._set_meta(conn, "last_seq", str(up_to_seq))
             self._drop_logged(conn)
             self._rebuild_shown(conn)
-        await self._persistence.flush()
+        await self._durable()
 
     @staticmethod
     def _insert_rows(conn: sqlite3.Connection, name: str, table: Table, rows: list[dict[str, Any]]) -> None:
@@ -295,7 +317,7 @@ class LocalStore:
                 )
             else:
                 conn.execute("DELETE FROM drafts WHERE chat_id = ?", (chat_id,))
-        await self._persistence.flush()
+        await self._durable()
 
     def draft(self, chat_id: str) -> str:
         row = self.conn.execute("SELECT text FROM drafts WHERE chat_id = ?", (chat_id,)).fetchone()
