@@ -91,7 +91,7 @@ class PostgresListener:
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
             try:
-                connection.add_termination_listener(lambda _: lost.set())
+                connection.add_termination_listener(lambda _, lost=lost: lost.set())
                 await connection.add_listener(NOTIFY_CHANNEL, self._on_notification)
                 await connection.add_listener(DELTA_CHANNEL, self._on_notification)
                 backoff = 0.1

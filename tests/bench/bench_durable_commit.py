@@ -89,7 +89,7 @@ def main() -> None:
         server.stop()
     print(f"durable local commit (SQLite in IndexedDB via IDBFS, WAL), {COMMITS} commits per size")
     for r in results:
-        (d_mean, d_p95), (s_mean, s_p95) = r["durable"], r["sqlite"]
+        (d_mean, d_p95), (s_mean, _) = r["durable"], r["sqlite"]
         print(
             f"  {r['messages']:>6} messages ({r['mb']:5.1f} MB): durable {d_mean:6.1f} ms mean, {d_p95:6.1f} ms p95"
             f"  | SQLite alone {s_mean:5.2f} ms mean  | ratio {d_mean / s_mean:5.1f}"

@@ -81,7 +81,7 @@ async def measure(args: argparse.Namespace) -> None:
                 started = time.perf_counter()
                 posting = asyncio.ensure_future(http.post("/sync/events", json={"events": [event]}, headers=headers))
 
-                async def arrival(socket: websockets.ClientConnection) -> float:
+                async def arrival(socket: websockets.ClientConnection, started: float = started) -> float:
                     while True:
                         frame = json.loads(await socket.recv())
                         if frame["type"] == "event":

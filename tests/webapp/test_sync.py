@@ -16,6 +16,7 @@ from shared.models import Chat, ChatRef, EventType, Message, Snapshot
 from tests.webapp.devices import Device, T, new_id, signup
 from webapp.store import is_pending
 from webapp.sync import Status
+from webapp.transport import NetworkError
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ async def test_offline_messages_survive_a_reload_and_are_delivered_once(app: Qua
     await a.transport.go_offline()
     await a.say(chat, "one")
     await a.say(chat, "two")
-    with pytest.raises(Exception):
+    with pytest.raises(NetworkError):
         await a.engine.push()
     a.reload()
     assert shown(a) == [("one", True), ("two", True)]
