@@ -58,6 +58,7 @@ def decode_page(token: str) -> tuple[str, str]:
     return table, after_id
 
 
+CURSOR_WRITE_SECONDS = 30.0
 LOGGED_COLUMNS = "seq, event_id, type, payload, created_at, origin"
 
 
@@ -72,6 +73,7 @@ class SqlEventStore:
         self.db = db
         self._clock = clock
         self._appender = Appender(db, clock)
+        self._cursor_written: dict[tuple[str, str], datetime] = {}
 
     def _now(self) -> str:
         return format_time(self._clock())
@@ -183,14 +185,12 @@ class SqlEventStore:
         return [dict(zip(cols, row)) for row in rows]
 
     async def current_seq(self, account_id: str) -> int:
-        async with self.db.transaction() as tx:
-            head, _ = await self._head(tx, account_id)
-        return head
+        row = await self.db.read_one("SELECT head_seq FROM logs WHERE account_id = ?", account_id)
+        return 0 if row is None else int(row[0])
 
     async def min_available_seq(self, account_id: str) -> int:
-        async with self.db.transaction() as tx:
-            _, min_available = await self._head(tx, account_id)
-        return min_available
+        row = await self.db.read_one("SELECT min_available_seq FROM logs WHERE account_id = ?", account_id)
+        return 1 if row is None else int(row[0])
 
     # --- compaction ----------------------------------------------------------------------------
 
@@ -283,10 +283,7 @@ class SqlEventStore:
             raise UsernameTaken(username) from None
 
     async def find_account(self, username: str) -> Account | None:
-        async with self.db.transaction() as tx:
-            row = await tx.fetchone(
-                "SELECT id, username, password_hash FROM accounts WHERE username = ?", username
-            )
+        row = await self.db.read_one("SELECT id, username, password_hash FROM accounts WHERE username = ?", username)
         return None if row is None else Account(*row)
 
     async def create_session(self, token_hash: str, account_id: str, device_id: str, device_name: str) -> None:
@@ -317,11 +314,20 @@ class SqlEventStore:
             await tx.execute("DELETE FROM sessions WHERE token_hash = ?", token_hash)
 
     async def record_cursor(self, account_id: str, device_id: str, seq: int) -> None:
-        """The device has everything up to ``seq``: compaction keeps what comes after it."""
+        """The device has everything up to ``seq``: compaction keeps what comes after it.
+
+        Written at most every ``CURSOR_WRITE_SECONDS`` per device (reads would otherwise each
+        cost a write); a cursor recorded a little late only keeps a few more events."""
+        now = self._clock()
+        key = (account_id, device_id)
+        last = self._cursor_written.get(key)
+        if last is not None and (now - last).total_seconds() < CURSOR_WRITE_SECONDS:
+            return
+        self._cursor_written[key] = now
         async with self.db.transaction(write=True) as tx:
             await tx.execute(
                 "UPDATE devices SET last_seen_at = ?, last_ack_seq = ? WHERE account_id = ? AND id = ?",
-                self._now(),
+                format_time(now),
                 seq,
                 account_id,
                 device_id,

@@ -237,3 +237,22 @@ async def test_a_batch_sees_its_own_earlier_events(store: SqlEventStore) -> None
     ]
     state = await store.read_state(account, None, None, 100, None)
     assert [c.title for c in state.snapshot.chats] == ["again"] and state.snapshot.messages == []
+
+
+async def test_device_cursors_are_written_at_most_every_30_seconds(clock_store: tuple[Clock, SqlEventStore]) -> None:
+    clock, store = clock_store
+    account, device = new_id(), new_id()
+    await store.create_account(account, f"c{device[:8]}", "hash")
+    await store.create_session(new_id(), account, device, "phone")
+
+    async def recorded() -> int:
+        row = await store.db.read_one("SELECT last_ack_seq FROM devices WHERE id = ?", device)
+        assert row is not None
+        return int(row[0])
+
+    await store.record_cursor(account, device, 2)
+    await store.record_cursor(account, device, 5)  # a poll a moment later: not written
+    assert await recorded() == 2
+    clock.now += timedelta(seconds=31)
+    await store.record_cursor(account, device, 7)
+    assert await recorded() == 7
