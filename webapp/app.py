@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.models import Chat, DomainEvent, EventType, Message, Session
+from shared.models import Chat, DomainEvent, EventType, Message, MessageRef, Session
 from webapp import ui
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
@@ -60,6 +60,7 @@ class Client:
         self.view = services.view
         self.engine = SyncEngine(self.store, services.transport, self.redraw, self._status)
         self.selected: str | None = None
+        self.editing: str | None = None  # the message the composer is editing, if any
         self._sync_task: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -101,7 +102,11 @@ class Client:
         self.view.set_html("chat-list", ui.chat_list(chats, self.selected))
         if chat_changed:
             chat = self.store.chat(self.selected) if self.selected else None
-            self.view.set_html("chat", ui.chat_pane(chat, self.store.draft(chat.id) if chat else ""))
+            editing = self.store.message(self.editing) if self.editing else None
+            if editing is None or chat is None or editing.chat_id != chat.id:
+                self.editing, editing = None, None
+            text = editing.content if editing else (self.store.draft(chat.id) if chat else "")
+            self.view.set_html("chat", ui.chat_pane(chat, text, editing=editing is not None))
         if self.selected is not None:
             self.view.set_html("messages", ui.messages(self.store.messages(self.selected)))
 
@@ -149,6 +154,9 @@ class Client:
         text = str(data.get("text", "")).strip()
         if not text or self.selected is None:
             return
+        if self.editing is not None:
+            await self._save_edit(self.editing, text)
+            return
         earlier = self.store.messages(self.selected)
         message = Message(
             id=self.s.new_id(),
@@ -166,13 +174,37 @@ class Client:
         await self.store.save_draft(message.chat_id, "")
         self.redraw()
 
+    async def _on_edit_message(self, data: dict[str, Any]) -> None:
+        self.editing = str(data["id"])
+        self.redraw(chat_changed=True)
+        self.view.focus("textarea[name=text]")
+
+    async def _on_cancel_edit(self, data: dict[str, Any]) -> None:
+        self.editing = None
+        self.redraw(chat_changed=True)
+
+    async def _save_edit(self, message_id: str, text: str) -> None:
+        message = self.store.message(message_id)
+        self.editing = None
+        if message is not None and message.content != text:
+            edited = message.model_copy(update={"content": text})
+            await self._submit(EventType.MESSAGE_EDITED, edited)
+        self.redraw(chat_changed=True)
+
+    async def _on_remove_message(self, data: dict[str, Any]) -> None:
+        """Delete a message; one that never left the device is simply withdrawn."""
+        message = self.store.message(str(data["id"]))
+        if message is not None:
+            await self._submit(EventType.MESSAGE_DELETED, MessageRef(id=message.id, chat_id=message.chat_id))
+            self.redraw()
+
     async def _on_draft(self, data: dict[str, Any]) -> None:
         """The composer's text, saved as it is typed (debounced by the page), per chat."""
         chat_id = str(data.get("chat") or self.selected or "")
         if chat_id:
             await self.store.save_draft(chat_id, str(data.get("text", "")))
 
-    async def _submit(self, kind: EventType, payload: Chat | Message) -> None:
+    async def _submit(self, kind: EventType, payload: Chat | Message | MessageRef) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
         event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
         await self.store.add_local(event)

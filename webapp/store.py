@@ -20,11 +20,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.models import Chat, DomainEvent, EventResult, LoggedEvent, Message, Snapshot
+from shared.models import Chat, DomainEvent, EventResult, EventType, LoggedEvent, Message, Snapshot
 from shared.reducer import PENDING_SEQ, apply
 from shared.schema import CHATS, MESSAGES, Sql, Table
 
 SHOWN = Sql("sqlite", scoped=False)
+
+# Event types, for the outbox's coalescing (see LocalStore.add_local).
+CREATES = {EventType.CHAT_CREATED, EventType.MESSAGE_APPENDED}
+UPSERTS = CREATES | {EventType.CHAT_UPDATED, EventType.MESSAGE_EDITED}
+DELETES = {EventType.CHAT_DELETED, EventType.MESSAGE_DELETED}
 CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
 
 
@@ -188,13 +193,46 @@ class LocalStore:
     # --- local changes: the outbox -------------------------------------------------------------
 
     async def add_local(self, event: DomainEvent) -> None:
-        """Queue ``event`` and show it, in one transaction; returns once it is durable."""
+        """Queue ``event`` and show it, in one transaction; returns once it is durable.
+
+        The outbox coalesces changes to an entity whose events have never left the device: an
+        edit rewrites the queued payload (only the latest full payload matters), and deleting an
+        entity created here and never sent withdraws it, so nothing about it goes out at all."""
+        entity = event.entity_id()
         with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
-                (event.event_id, event.entity_id(), json.dumps(event.wire())),
+            queued = conn.execute(
+                "SELECT id, body, attempts FROM pending_events WHERE entity_id = ? AND status = 'pending' ORDER BY id",
+                (entity,),
+            ).fetchall()
+            unsent = bool(queued) and all(row["attempts"] == 0 for row in queued)
+            first = DomainEvent.model_validate_json(queued[0]["body"]) if unsent else None
+            if first is not None and event.type in UPSERTS and first.type in UPSERTS:
+                rewritten = first.model_copy(update={"payload": event.payload})
+                conn.execute("UPDATE pending_events SET body = ? WHERE id = ?", (json.dumps(rewritten.wire()), queued[0]["id"]))
+                conn.execute("DELETE FROM pending_events WHERE entity_id = ? AND id > ?", (entity, queued[0]["id"]))
+                self._run(conn, SHOWN, event)
+            elif first is not None and event.type in DELETES and first.type in CREATES:
+                conn.execute("DELETE FROM pending_events WHERE entity_id = ?", (entity,))
+                if event.type is EventType.CHAT_DELETED:  # and what was queued inside the chat
+                    for row in conn.execute("SELECT id, body FROM pending_events").fetchall():
+                        if json.loads(row["body"])["payload"].get("chatId") == entity:
+                            conn.execute("DELETE FROM pending_events WHERE id = ?", (row["id"],))
+                self._rebuild_shown(conn)
+            else:
+                conn.execute(
+                    "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
+                    (event.event_id, entity, json.dumps(event.wire())),
+                )
+                self._run(conn, SHOWN, event)
+        await self._durable()
+
+    async def mark_attempted(self, event_ids: list[str]) -> None:
+        """About to be sent: from now on these events may be on the server, so they are never
+        rewritten or withdrawn in place again (durable before the request goes out)."""
+        with self._transaction() as conn:
+            conn.executemany(
+                "UPDATE pending_events SET attempts = attempts + 1 WHERE event_id = ?", [(e,) for e in event_ids]
             )
-            self._run(conn, SHOWN, event)
         await self._durable()
 
     def outbox(self, limit: int = 100) -> list[Pending]:
@@ -221,20 +259,17 @@ class LocalStore:
                     rejected = True
                 else:
                     conn.execute(
-                        "UPDATE pending_events SET status = 'sent', seq = ?, attempts = attempts + 1"
-                        " WHERE event_id = ?",
+                        "UPDATE pending_events SET status = 'sent', seq = ? WHERE event_id = ?",
                         (result.seq, result.event_id),
                     )
-            self._drop_logged(conn)
-            if rejected:
+            if self._drop_logged(conn) or rejected:
                 self._rebuild_shown(conn)
         await self._durable()
 
     async def record_failure(self, event_ids: list[str], error: str) -> None:
         with self._transaction() as conn:
             conn.executemany(
-                "UPDATE pending_events SET attempts = attempts + 1, last_error = ? WHERE event_id = ?",
-                [(error, e) for e in event_ids],
+                "UPDATE pending_events SET last_error = ? WHERE event_id = ?", [(error, e) for e in event_ids]
             )
         await self._durable()
 
@@ -259,8 +294,9 @@ class LocalStore:
             if current_seq is not None:
                 cursor = max(cursor, current_seq)  # compaction may have skipped superseded seqs
             self._set_meta(conn, "last_seq", str(cursor))
-            self._drop_logged(conn)
-            if applied:
+            if self._drop_logged(conn):
+                self._rebuild_shown(conn)
+            elif applied:
                 for pending in self._pending_events(conn):
                     self._run(conn, SHOWN, pending)
         if applied or current_seq is not None:
@@ -286,11 +322,14 @@ class LocalStore:
             [[row[c] for c in cols] for row in rows],
         )
 
-    def _drop_logged(self, conn: sqlite3.Connection) -> None:
-        """Sent events whose seq the cursor has passed are part of the confirmed state now."""
-        conn.execute(
+    def _drop_logged(self, conn: sqlite3.Connection) -> bool:
+        """Sent events whose seq the cursor has passed are part of the confirmed state now.
+        True when any went: their effect on the shown state is then the log's, not theirs (an
+        old duplicate, or an event compacted away), so the shown state must be rebuilt."""
+        dropped = conn.execute(
             "DELETE FROM pending_events WHERE status = 'sent' AND seq <= ?", (self.last_seq(),)
         )
+        return dropped.rowcount > 0
 
     @staticmethod
     def _pending_events(conn: sqlite3.Connection) -> list[DomainEvent]:
@@ -332,6 +371,10 @@ class LocalStore:
     def chat(self, chat_id: str) -> Chat | None:
         row = self.conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
         return None if row is None else Chat.model_validate(dict(row))
+
+    def message(self, message_id: str) -> Message | None:
+        row = self.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return None if row is None else Message.model_validate(dict(row))
 
     def messages(self, chat_id: str) -> list[Message]:
         rows = self.conn.execute(

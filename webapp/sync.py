@@ -151,6 +151,7 @@ class SyncEngine:
         async with self._push_lock:
             while batch := self.store.outbox(PUSH_BATCH):
                 events = [p.event for p in batch]
+                await self.store.mark_attempted([e.event_id for e in events])
                 try:
                     response = await self.transport.submit(events)
                 except (NetworkError, ServerError) as e:

@@ -62,12 +62,19 @@ def chat_list(chats: list[Chat], selected: str | None) -> str:
     return "\n".join(items)
 
 
-def chat_pane(chat: Chat | None, draft: str = "") -> str:
+def chat_pane(chat: Chat | None, draft: str = "", editing: bool = False) -> str:
     if chat is None:
         return '<p class="empty">Create a chat to start.</p>'
+    notice = (
+        '<p class="editing">Editing a message: Send saves the change. '
+        '<button type="button" class="link" data-action="cancel-edit">Cancel</button></p>'
+        if editing
+        else ""
+    )
     return f"""
 <h2 class="chat-title">{escape(chat.title)}</h2>
 <ol id="messages" class="messages" aria-live="polite"></ol>
+{notice}
 <form class="composer" data-action="send" data-reset>
   <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required
     data-draft data-chat="{chat.id}">{escape(draft)}</textarea>
@@ -81,8 +88,16 @@ def messages(rows: list[Message]) -> str:
         pending = is_pending(message)
         classes = f"message {message.role}{' pending' if pending else ''}"
         badge = '<span class="badge" title="Saved on this device, not yet on the server">pending</span>' if pending else ""
+        tools = ""
+        if message.role == "user":
+            remove = "Withdraw" if pending else "Delete"
+            tools = (
+                f'<span class="tools"><button type="button" class="link" data-action="edit-message" '
+                f'data-id="{message.id}">Edit</button> <button type="button" class="link" '
+                f'data-action="remove-message" data-id="{message.id}">{remove}</button></span>'
+            )
         items.append(
             f'<li class="{classes}" data-id="{message.id}">'
-            f'<div class="content">{escape(message.content)}</div>{badge}</li>'
+            f'<div class="content">{escape(message.content)}</div>{badge}{tools}</li>'
         )
     return "\n".join(items)

@@ -129,3 +129,23 @@ async def test_drafts_are_kept_per_chat_and_cleared_by_sending(tmp_path: Path) -
     assert "half a &lt;thought&gt;</textarea>" in view.regions["chat"]
     await reloaded.dispatch("send", {"text": "the whole thought"})
     assert reloaded.store.draft(first) == ""
+
+
+async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> None:
+    client, view, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "frist"})
+    [message] = client.store.messages(client.selected or "")
+    assert 'data-action="edit-message"' in view.regions["messages"] and ">Withdraw<" in view.regions["messages"]
+
+    await client.dispatch("edit-message", {"id": message.id})
+    assert "Editing a message" in view.regions["chat"] and "frist</textarea>" in view.regions["chat"]
+    await client.dispatch("send", {"text": "first"})
+    assert "Editing a message" not in view.regions["chat"]
+    assert [m.content for m in client.store.messages(message.chat_id)] == ["first"]
+    assert [p.event.type for p in client.store.outbox()] == ["ChatCreated", "MessageAppended"]  # coalesced
+
+    await client.dispatch("remove-message", {"id": message.id})
+    assert client.store.messages(message.chat_id) == []
+    assert [p.event.type for p in client.store.outbox()] == ["ChatCreated"]  # withdrawn: nothing goes out

@@ -39,3 +39,46 @@ async def test_every_write_is_flushed_and_the_database_file_only_after_a_checkpo
     assert not wal.exists() or wal.stat().st_size < CHECKPOINT_WAL_BYTES  # ...and emptied the -wal
     assert len(store.messages(chat.id)) == len(persistence.flushes) - 2
     store.close()
+
+
+def _event(kind: EventType, payload: object) -> DomainEvent:
+    return DomainEvent(event_id=new_id(), type=kind, payload=payload, created_at=T)  # type: ignore[arg-type]
+
+
+async def test_the_outbox_coalesces_what_never_left_the_device(tmp_path: Path) -> None:
+    from shared.models import ChatRef, MessageRef
+
+    store = LocalStore(str(tmp_path / "local.db"), RecordingPersistence())
+    chat = Chat(id=new_id(), title="t", created_at=T)
+    await store.add_local(_event(EventType.CHAT_CREATED, chat))
+    message = Message(id=new_id(), chat_id=chat.id, role="user", content="first", created_at=T)
+    await store.add_local(_event(EventType.MESSAGE_APPENDED, message))
+
+    # An edit before sending rewrites the queued message: one event goes out, with the new text.
+    await store.add_local(_event(EventType.MESSAGE_EDITED, message.model_copy(update={"content": "second"})))
+    queued = [p.event for p in store.outbox()]
+    assert [e.type for e in queued] == ["ChatCreated", "MessageAppended"]
+    assert queued[1].payload.content == "second"  # type: ignore[union-attr]
+    assert [m.content for m in store.messages(chat.id)] == ["second"]
+
+    # Withdrawn before sending: nothing about it goes out, and it is gone from the screen.
+    await store.add_local(_event(EventType.MESSAGE_DELETED, MessageRef(id=message.id, chat_id=chat.id)))
+    assert [e.type for e in (p.event for p in store.outbox())] == ["ChatCreated"]
+    assert store.messages(chat.id) == []
+
+    # Once an event may have reached the server, changes are new events of their own.
+    other = Message(id=new_id(), chat_id=chat.id, role="user", content="kept", created_at=T)
+    await store.add_local(_event(EventType.MESSAGE_APPENDED, other))
+    await store.mark_attempted([p.event.event_id for p in store.outbox()])
+    await store.add_local(_event(EventType.MESSAGE_EDITED, other.model_copy(update={"content": "kept, edited"})))
+    assert [e.type for e in (p.event for p in store.outbox())] == ["ChatCreated", "MessageAppended", "MessageEdited"]
+
+    # A chat created here and deleted unsent takes its queued messages along.
+    fresh = Chat(id=new_id(), title="u", created_at=T)
+    await store.add_local(_event(EventType.CHAT_CREATED, fresh))
+    inside = Message(id=new_id(), chat_id=fresh.id, role="user", content="in it", created_at=T)
+    await store.add_local(_event(EventType.MESSAGE_APPENDED, inside))
+    await store.add_local(_event(EventType.CHAT_DELETED, ChatRef(id=fresh.id)))
+    assert all(e.entity_id() not in (fresh.id, inside.id) for e in (p.event for p in store.outbox()))
+    assert store.chat(fresh.id) is None
+    store.close()
