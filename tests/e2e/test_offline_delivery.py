@@ -43,8 +43,11 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
     expect(b.locator(".message", has_text="hello from A")).to_be_visible()
     expect(b.locator("#status")).to_have_attribute("data-state", "online")
 
-    # A goes offline and writes two messages: saved and shown at once, marked pending.
+    # A goes offline, starts a new chat and writes two messages: saved and shown at once,
+    # marked pending.
     contexts[0].set_offline(True)
+    a.click("[data-action=new-chat]")
+    expect(a.locator(".chat-item.pending")).to_have_count(1)
     send(a, "offline one")
     send(a, "offline two")
     for text in ("offline one", "offline two"):
@@ -58,13 +61,15 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
         expect(a.locator(".message.pending", has_text=text)).to_be_visible()
     expect(b.locator(".message", has_text="offline one")).to_have_count(0)
 
-    # Back online: both reach the server once, and B shows them.
+    # Back online: both reach the server once, and B shows them, live, in the new chat.
     contexts[0].set_offline(False)
+    expect(b.locator(".chat-item")).to_have_count(2, timeout=20_000)
+    b.click(".chat-item >> nth=0")  # the newest chat comes first
     for text in ("offline one", "offline two"):
         expect(b.locator(".message", has_text=text)).to_be_visible(timeout=20_000)
     expect(a.locator(".message.pending")).to_have_count(0, timeout=20_000)
     assert_delivered_once(server, username, ["hello from A", "offline one", "offline two"])
-    expect(b.locator(".message")).to_have_count(3)
+    expect(b.locator(".message")).to_have_count(2)  # the new chat holds the two offline ones
 
     # Nothing went anywhere but our own origin.
     assert origins == {urlsplit(server.url).netloc}, origins
