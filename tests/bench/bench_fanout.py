@@ -1,8 +1,10 @@
 """Benchmark: live fan-out latency and the memory of idle sockets, on one server process.
 
 Run on demand:  .venv/bin/python -m tests.bench.bench_fanout [--sockets 1000] [--idle 10000]
-The server runs in a process of its own (on PostgreSQL, in a fresh schema); this process holds
-the sockets. Prints:
+The server runs in a process of its own (on PostgreSQL, in a fresh schema). The latency sockets
+are held by a Node.js client (tests/bench/fanout_client.mjs, with the npm ``ws`` package installed
+into build/), so the figures are the server's, not a slow client's; the idle sockets by this
+process. Prints:
   * latency from the start of a POST /sync/events to each of --sockets sockets of that account
     (spread over 20 devices) receiving the event's frame: p50 / p99 over --events events
     (target: p99 <= 50 ms);
@@ -15,18 +17,28 @@ import argparse
 import asyncio
 import json
 import resource
-import statistics
-import time
-import uuid
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
 import websockets
 
+from server.config import ROOT
 from tests.conftest import drop_schema, postgres_schema
 from tests.processes import Server
 
 DEVICES = 20
+WS_VERSION = "8.23.0"
+
+
+def ws_module() -> str:
+    """The npm ``ws`` package for the Node.js client, installed once into build/ (git-ignored)."""
+    prefix = ROOT / "build" / "bench"
+    module = prefix / "node_modules" / "ws"
+    if not module.exists():
+        subprocess.run(["npm", "install", "--silent", "--prefix", str(prefix), f"ws@{WS_VERSION}"], check=True)
+    return str(module)
 
 
 def rss_mib(pid: int) -> float:
@@ -70,31 +82,17 @@ async def measure(args: argparse.Namespace) -> None:
                 tokens.append(login.json()["token"])
             ws_url = server.url.replace("http://", "ws://") + "/sync/live?afterSeq=0"
 
-            # 1. Fan-out latency.
-            sockets = await open_sockets(ws_url, tokens, args.sockets)
-            latencies: list[float] = []
-            headers = {"Authorization": f"Bearer {tokens[0]}"}
-            for _ in range(args.events):
-                chat = str(uuid.uuid4())
-                event = {"eventId": str(uuid.uuid4()), "type": "ChatCreated", "createdAt": "2026-11-30T12:00:00Z",
-                         "payload": {"id": chat, "title": "fan-out", "createdAt": "2026-11-30T12:00:00Z"}}
-                started = time.perf_counter()
-                posting = asyncio.ensure_future(http.post("/sync/events", json={"events": [event]}, headers=headers))
-
-                async def arrival(socket: websockets.ClientConnection, started: float = started) -> float:
-                    while True:
-                        frame = json.loads(await socket.recv())
-                        if frame["type"] == "event":
-                            return time.perf_counter() - started
-
-                latencies += await asyncio.gather(*(arrival(s) for s in sockets))
-                await posting
-                await asyncio.sleep(0.05)
-            for socket in sockets:
-                await socket.close()
-            latencies.sort()
-            p50 = statistics.median(latencies) * 1000
-            p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+            # 1. Fan-out latency, with the sockets held by a Node.js process.
+            done = await asyncio.to_thread(
+                subprocess.run,
+                ["node", str(Path(__file__).with_name("fanout_client.mjs")), server.url, json.dumps(tokens),
+                 str(args.sockets), str(args.events)],
+                capture_output=True, text=True, timeout=600, env={**os.environ, "WS_MODULE_DIR": ws_module()},
+            )
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr)
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            p50, p99 = figures["p50"], figures["p99"]
 
             # 2. Memory of idle sockets.
             await asyncio.sleep(1)
