@@ -77,7 +77,7 @@ def chat_pane(chat: Chat | None, draft: str = "", editing: bool = False) -> str:
 {notice}
 <form class="composer" data-action="send" data-reset>
   <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required
-    data-draft data-chat="{chat.id}">{escape(draft)}</textarea>
+    {"" if editing else "data-draft "}data-chat="{chat.id}">{escape(draft)}</textarea>
   <button type="submit">Send</button>
 </form>"""
 

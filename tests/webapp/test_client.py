@@ -141,6 +141,7 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
 
     await client.dispatch("edit-message", {"id": message.id})
     assert "Editing a message" in view.regions["chat"] and "frist</textarea>" in view.regions["chat"]
+    assert "data-draft" not in view.regions["chat"]  # the text being edited is not the chat's draft
     await client.dispatch("send", {"text": "first"})
     assert "Editing a message" not in view.regions["chat"]
     assert [m.content for m in client.store.messages(message.chat_id)] == ["first"]
