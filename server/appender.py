@@ -87,10 +87,10 @@ class _AccountState:
         self.messages: dict[str, str | None] = {}
         self.logged: dict[str, int] = {}  # eventId -> seq, for duplicates
 
-    async def chat_exists(self, chat_id: str) -> bool:
+    def chat_exists(self, chat_id: str) -> bool:
         return chat_id in self.chats
 
-    async def message_chat(self, message_id: str) -> str | None:
+    def message_chat(self, message_id: str) -> str | None:
         chat = self.messages.get(message_id)
         return chat if chat in self.chats else None  # a deleted chat took its messages
 
@@ -234,7 +234,7 @@ class Appender:
                     if seq is not None:
                         results.append(EventResult.model_construct(event_id=event.event_id, status="duplicate", seq=seq))
                         continue
-                    error = event.error if isinstance(event, Rejected) else await validation_error(event, state)
+                    error = event.error if isinstance(event, Rejected) else validation_error(event, state)
                     if error is not None:
                         results.append(EventResult.model_construct(event_id=event.event_id, status="rejected", error=error))
                         continue
@@ -252,7 +252,7 @@ class Appender:
                     )
                     chat_of_message = None
                     if isinstance(event.payload, RunCancel):
-                        chat_of_message = await state.message_chat(event.payload.message_id)
+                        chat_of_message = state.message_chat(event.payload.message_id)
                     where = footprint(event, chat_of_message)
                     log_rows.append(
                         (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),

@@ -1,4 +1,4 @@
-"""The event store contract, shared by every backend (``server/sqlite_store.py``, ...).
+"""The event store contract (``server/event_store.py`` implements it over both backends).
 
 Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
 
@@ -144,34 +144,35 @@ class EventStore(Protocol):
 
 
 class StateReader(Protocol):
-    """What validation needs to know about the current state, inside the append transaction."""
+    """What validation needs to know about the current state, inside the append transaction
+    (read ahead of validation, so validation does no I/O)."""
 
-    async def chat_exists(self, chat_id: str) -> bool: ...
+    def chat_exists(self, chat_id: str) -> bool: ...
 
-    async def message_chat(self, message_id: str) -> str | None:
+    def message_chat(self, message_id: str) -> str | None:
         """The chat of an existing message, or None when there is no such message."""
 
 
-async def validation_error(event: DomainEvent, state: StateReader) -> str | None:
+def validation_error(event: DomainEvent, state: StateReader) -> str | None:
     """Why ``event`` cannot be applied to the current state, or None when it can."""
     payload = event.payload
     kind = event.type
     if kind is EventType.CHAT_CREATED:
         assert isinstance(payload, Chat)
-        return "this chat already exists" if await state.chat_exists(payload.id) else None
+        return "this chat already exists" if state.chat_exists(payload.id) else None
     if kind in (EventType.CHAT_UPDATED, EventType.CHAT_DELETED):
         assert isinstance(payload, (Chat, ChatRef))
-        return None if await state.chat_exists(payload.id) else "unknown chat"
+        return None if state.chat_exists(payload.id) else "unknown chat"
     if isinstance(payload, (Message, MessageRef, RunRequest)):
-        if not await state.chat_exists(payload.chat_id):
+        if not state.chat_exists(payload.chat_id):
             return "unknown chat"
     if isinstance(payload, RunRequest):
-        exists = await state.message_chat(payload.message_id) is not None
+        exists = state.message_chat(payload.message_id) is not None
         return "this message already exists" if exists else None
     if isinstance(payload, RunCancel):
-        return None if await state.message_chat(payload.message_id) else "unknown message"
+        return None if state.message_chat(payload.message_id) else "unknown message"
     assert isinstance(payload, (Message, MessageRef))
-    chat_of_message = await state.message_chat(payload.id)
+    chat_of_message = state.message_chat(payload.id)
     if kind is EventType.MESSAGE_APPENDED:
         return "this message already exists" if chat_of_message is not None else None
     if kind in (EventType.MESSAGE_EDITED, EventType.MESSAGE_DELETED) and chat_of_message is None:

@@ -62,9 +62,7 @@ class Account:
 
 @dataclass(frozen=True)
 class Pending:
-    id: int
     event: DomainEvent
-    status: str  # pending | sent
     attempts: int
 
 
@@ -237,20 +235,21 @@ class LocalStore:
 
     def outbox(self, limit: int = 100) -> list[Pending]:
         rows = self.conn.execute(
-            "SELECT id, body, status, attempts FROM pending_events WHERE status = 'pending' ORDER BY id LIMIT ?",
+            "SELECT body, attempts FROM pending_events WHERE status = 'pending' ORDER BY id LIMIT ?",
             (limit,),
         ).fetchall()
         return [
-            Pending(r["id"], DomainEvent.model_validate_json(r["body"]), r["status"], r["attempts"])
+            Pending(DomainEvent.model_validate_json(r["body"]), r["attempts"])
             for r in rows
         ]
 
     def pending_count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM pending_events WHERE status = 'pending'").fetchone()[0])
 
-    async def record_results(self, results: Iterable[EventResult]) -> None:
+    async def record_results(self, results: Iterable[EventResult]) -> bool:
         """What the server answered to a push: accepted and duplicate events wait (as ``sent``) for
-        their seq to arrive through the log; rejected ones are dropped and their effect undone."""
+        their seq to arrive through the log; rejected ones are dropped and their effect undone.
+        Returns whether the shown state changed."""
         rejected = False
         with self._transaction() as conn:
             for result in results:
@@ -262,9 +261,11 @@ class LocalStore:
                         "UPDATE pending_events SET status = 'sent', seq = ? WHERE event_id = ?",
                         (result.seq, result.event_id),
                     )
-            if self._drop_logged(conn) or rejected:
+            changed = self._drop_logged(conn) or rejected
+            if changed:
                 self._rebuild_shown(conn)
         await self._durable()
+        return changed
 
     async def record_failure(self, event_ids: list[str], error: str) -> None:
         with self._transaction() as conn:

@@ -157,8 +157,7 @@ class SyncEngine:
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
                     raise
-                await self.store.record_results(response.results)
-                if any(r.status == "rejected" for r in response.results):
+                if await self.store.record_results(response.results):
                     self._on_change()
 
     async def _follow_live(self) -> None:

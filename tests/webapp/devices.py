@@ -25,22 +25,18 @@ class Device:
     def __init__(self, app: Quart, token: str, path: Path) -> None:
         self.path = path
         self.transport = InProcessTransport(app.test_client(use_cookies=False), token)
-        self.changes = 0
         self.open()
 
     def open(self) -> None:
         self.store = LocalStore(str(self.path), FilePersistence())
         self.engine = SyncEngine(
-            self.store, self.transport, self._changed, lambda s: None, min_backoff=0.01, max_backoff=0.05
+            self.store, self.transport, lambda: None, lambda s: None, min_backoff=0.01, max_backoff=0.05
         )
 
     def reload(self) -> None:
         """The tab is closed and opened again: memory is lost, the database file stays."""
         self.store.close()
         self.open()
-
-    def _changed(self) -> None:
-        self.changes += 1
 
     async def add(self, kind: EventType, payload: Chat | ChatRef | Message) -> DomainEvent:
         event = DomainEvent(event_id=new_id(), type=kind, payload=payload, created_at=T)
