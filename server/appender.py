@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -282,13 +283,18 @@ class Appender:
         in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
         in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
         in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
+        # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
+        in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
         rows = await tx.fetchall(
             f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT) FROM event_ids WHERE {in_events}
             UNION ALL
             SELECT 'm', account_id, id, chat_id FROM messages WHERE {in_messages}
             UNION ALL
             SELECT 'c', account_id, id, NULL FROM chats WHERE {in_chats}
-                OR (account_id, id) IN (SELECT account_id, chat_id FROM messages WHERE {in_messages})""",
+            UNION ALL
+            SELECT 'c', chats.account_id, chats.id, NULL FROM messages
+                JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
+                WHERE {in_messages_of_chats}""",
             *event_params,
             *message_params,
             *chat_params,
@@ -314,10 +320,10 @@ class Appender:
         """The writes, in order, as few statements as possible: the log rows, their eventIds and
         the new heads in one statement on PostgreSQL; then the state mutations in runs (see
         ``_runs``), each run one statement."""
-        id_rows = [(row[0], row[2], row[1]) for row in log_rows]
         if self._db.dialect == "postgres":
-            await tx.execute(_PG_LOG_WRITE, *_columns(log_rows, 10), *_columns(id_rows, 3), *_columns(sorted(heads.items()), 2))
+            await tx.execute(_PG_LOG_WRITE, _json_rows(log_rows))
         else:
+            id_rows = [(row[0], row[2], row[1]) for row in log_rows]
             for name, columns, rows in (("events", EVENT_COLUMNS, log_rows), ("event_ids", EVENT_ID_COLUMNS, id_rows)):
                 names, marks = ", ".join(n for n, _ in columns), ", ".join("?" for _ in columns)
                 await tx.executemany(f"INSERT INTO {name} ({names}) VALUES ({marks})", rows)
@@ -325,10 +331,10 @@ class Appender:
                 "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
             )
         for upserts, run in _runs(mutations, self._db.dialect):
-            if upserts:  # PostgreSQL: one statement with one array per column
+            if upserts:  # PostgreSQL: one statement for the run, its rows in one JSON parameter
                 table = TABLES[run[0][1].table]
                 rows = [(account, *(m.row[c] for c in table.column_names)) for account, m in run]  # type: ignore[union-attr]
-                await tx.execute(_pg_upsert(table), *_columns(rows, len(table.column_names) + 1))
+                await tx.execute(_pg_upsert(table), _json_rows(rows))
             else:
                 rendered = [self._sql.mutation(m, account) for account, m in run]
                 await tx.executemany(rendered[0][0], [params for _, params in rendered])
@@ -371,22 +377,25 @@ def _shape(mutation: Mutation) -> tuple[Any, ...]:
 
 @functools.cache
 def _pg_upsert(table: Table) -> str:
-    columns = ("account_id",) + table.column_names
-    kinds = ["text"] + ["bigint" if c.type == "integer" else "text" for c in table.columns]
+    columns = (("account_id", "text"),) + tuple(
+        (c.name, "bigint" if c.type == "integer" else "text") for c in table.columns
+    )
     updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
     return (
-        f"INSERT INTO {table.name} ({', '.join(columns)}) "
-        f"SELECT * FROM unnest({', '.join(f'?::{k}[]' for k in kinds)}) "
+        f"INSERT INTO {table.name} ({', '.join(n for n, _ in columns)}) {_from_json_rows(columns)} "
         f"ON CONFLICT (account_id, id) DO UPDATE SET {updates}"
     )
 
 
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    return [[row[i] for row in rows] for i in range(width)]
+# Many rows go to PostgreSQL as ONE parameter, a JSON array of arrays: the statement text is the
+# same whatever the count, and encoding it costs a fraction of one array parameter per column.
+def _json_rows(rows: list[tuple[Any, ...]]) -> str:
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
-def _unnest(columns: tuple[tuple[str, str], ...]) -> str:
-    return ", ".join(f"?::{kind}[]" for _, kind in columns)
+def _from_json_rows(columns: tuple[tuple[str, str], ...]) -> str:
+    values = ", ".join(f"(r->>{i})::{kind}" for i, (_, kind) in enumerate(columns))
+    return f"SELECT {values} FROM jsonb_array_elements(?::jsonb) AS r"
 
 
 # PostgreSQL tells every server process of each commit (server/fanout.py listens): the payload is
@@ -394,15 +403,16 @@ def _unnest(columns: tuple[tuple[str, str], ...]) -> str:
 NOTIFY_CHANNEL = "chat_log"
 
 # One round trip for three writes and the notifications (they touch different tables, so one
-# statement may hold them).
+# statement may hold them): the log rows; their eventIds; each account's new head, its last seq.
 _PG_LOG_WRITE = f"""WITH logged AS (
         INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
-        SELECT * FROM unnest({_unnest(EVENT_COLUMNS)})
+        {_from_json_rows(EVENT_COLUMNS)}
+        RETURNING account_id, event_id, seq
     ), remembered AS (
         INSERT INTO event_ids ({", ".join(n for n, _ in EVENT_ID_COLUMNS)})
-        SELECT * FROM unnest({_unnest(EVENT_ID_COLUMNS)})
+        SELECT account_id, event_id, seq FROM logged
     )
     UPDATE logs SET head_seq = heads.head_seq
-    FROM unnest(?::text[], ?::bigint[]) AS heads (account_id, head_seq)
+    FROM (SELECT account_id, max(seq) AS head_seq FROM logged GROUP BY account_id) AS heads
     WHERE logs.account_id = heads.account_id
     RETURNING pg_notify('{NOTIFY_CHANNEL}', logs.account_id || ' ' || logs.head_seq)"""

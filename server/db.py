@@ -9,6 +9,7 @@ PostgreSQL side numbers them (``$1, $2, ...``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
@@ -148,6 +149,7 @@ class SqliteDatabase:
 _PLACEHOLDER = re.compile(r"\?")
 
 
+@functools.lru_cache(maxsize=1024)
 def _numbered(sql: str) -> str:
     counter = iter(range(1, 10_000))
     return _PLACEHOLDER.sub(lambda _: f"${next(counter)}", sql)

@@ -20,7 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.models import Chat, DomainEvent, EventResult, EventType, LoggedEvent, Message, Snapshot
+from shared.models import (
+    Chat,
+    DomainEvent,
+    EventResult,
+    EventType,
+    LoggedEvent,
+    Message,
+    Snapshot,
+)
 from shared.reducer import PENDING_SEQ, apply
 from shared.schema import CHATS, MESSAGES, Sql, Table
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import os
+import resource
 import subprocess
 from pathlib import Path
 

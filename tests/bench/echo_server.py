@@ -17,7 +17,14 @@ from server.config import Settings
 
 def main() -> None:
     port, database_url = int(sys.argv[1]), sys.argv[2]
-    app = create_app(Settings(database_url=database_url, compact_interval_seconds=0))
+    # No rate limits: the benchmark measures throughput, and signs up one account per connection.
+    settings = Settings(
+        database_url=database_url,
+        compact_interval_seconds=0,
+        rate_limit_per_minute=0,
+        auth_rate_limit_per_minute=0,
+    )
+    app = create_app(settings)
 
     @app.post("/bench/echo")
     async def echo() -> Response:
