@@ -8,7 +8,6 @@ cursor from the store. So a missed or merged wake-up can never cause a gap or a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from server.store import CursorExpired, EventStore
 from shared.models import CaughtUpFrame, EventFrame, PingFrame
 
 BACKLOG_PAGE = 500
+PING = json.dumps(PingFrame().wire())
 
 
 # Deltas are not durable: a socket too slow to take them loses the oldest, and the message's next
@@ -32,6 +32,7 @@ class Subscription:
         self.ready = asyncio.Event()
         self.log_changed = True  # the backlog is to be read first
         self.deltas: deque[str] = deque(maxlen=MAX_PENDING_DELTAS)
+        self.ping_due = False
 
 
 class Hub:
@@ -124,6 +125,26 @@ async def follow(
     then every new event as it commits, pings while idle. Every event comes from the store after
     the socket's own cursor, so the stream has no gap and no duplicate."""
     mailbox = hub.subscribe(account_id)  # before the backlog read, so no commit slips between
+    loop = asyncio.get_running_loop()
+    sent_at = loop.time()
+
+    async def deliver(frame: str) -> None:
+        nonlocal sent_at
+        sent_at = loop.time()
+        await send(frame)
+
+    # One timer per socket per ping interval, not one per wake-up: it wakes the socket for a ping
+    # when nothing was sent for ping_seconds, and arms itself again.
+    def tick() -> None:
+        nonlocal timer
+        idle = loop.time() - sent_at
+        if idle >= ping_seconds * 0.99:
+            mailbox.ping_due = True
+            mailbox.ready.set()
+            idle = 0
+        timer = loop.call_later(ping_seconds - idle, tick)
+
+    timer = loop.call_later(ping_seconds, tick)
     try:
         caught_up = False
         while True:
@@ -139,7 +160,7 @@ async def follow(
                     await close(4410, "cursor_expired")
                     return
                 for _, frame in page.frames:
-                    await send(frame)
+                    await deliver(frame)
                 if page.has_more:
                     cursor = page.frames[-1][0]
                     mailbox.log_changed = True
@@ -147,12 +168,14 @@ async def follow(
                 cursor = max(cursor, page.current_seq)
                 if not caught_up:
                     caught_up = True
-                    await send(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+                    await deliver(json.dumps(CaughtUpFrame(seq=cursor).wire()))
             while mailbox.deltas:
-                await send(mailbox.deltas.popleft())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(mailbox.ready.wait(), ping_seconds)
-                continue
-            await send(json.dumps(PingFrame().wire()))
+                await deliver(mailbox.deltas.popleft())
+            if mailbox.ping_due:
+                mailbox.ping_due = False
+                await deliver(PING)
+            if not (mailbox.log_changed or mailbox.deltas or hub.closing):
+                await mailbox.ready.wait()
     finally:
+        timer.cancel()
         hub.unsubscribe(account_id, mailbox)
