@@ -68,10 +68,22 @@ class Account:
     username: str
 
 
+# An outbox entry's status (``pending_events.status``):
+#   pending: never sent (the outbox may still rewrite or withdraw it in place);
+#   sending: a push with it is under way, or was when the tab closed (it may be on the server);
+#   failed:  the last push with it got no answer or an error (``last_error``); it is sent again;
+#   sent:    the server took it (accepted or duplicate, with its seq); it waits for the cursor to
+#            pass that seq, when it becomes part of the confirmed state and leaves the outbox.
+# Rejected events leave the outbox at once. All but ``sent`` are still to be pushed.
+UNSENT = ("pending", "sending", "failed")
+
+
 @dataclass(frozen=True)
 class Pending:
     event: DomainEvent
+    status: str
     attempts: int
+    last_error: str | None
 
 
 def _migration_1(conn: sqlite3.Connection) -> None:
@@ -93,10 +105,17 @@ def _migration_2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE drafts (chat_id TEXT PRIMARY KEY, text TEXT NOT NULL)")
 
 
+def _migration_3(conn: sqlite3.Connection) -> None:
+    """Outbox statuses: before this, everything unsent was 'pending' whatever its attempts."""
+    conn.execute("UPDATE pending_events SET status = 'failed' WHERE status = 'pending' AND last_error IS NOT NULL")
+    conn.execute("UPDATE pending_events SET status = 'sending' WHERE status = 'pending' AND attempts > 0")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
     ("0002_drafts", _migration_2),
+    ("0003_outbox_statuses", _migration_3),
 ]
 
 
@@ -207,10 +226,10 @@ class LocalStore:
         entity = event.entity_id()
         with self._transaction() as conn:
             queued = conn.execute(
-                "SELECT id, body, attempts FROM pending_events WHERE entity_id = ? AND status = 'pending' ORDER BY id",
+                "SELECT id, body, status FROM pending_events WHERE entity_id = ? AND status <> 'sent' ORDER BY id",
                 (entity,),
             ).fetchall()
-            unsent = bool(queued) and all(row["attempts"] == 0 for row in queued)
+            unsent = bool(queued) and all(row["status"] == "pending" for row in queued)
             first = DomainEvent.model_validate_json(queued[0]["body"]) if unsent else None
             if first is not None and event.type in UPSERTS and first.type in UPSERTS:
                 rewritten = first.model_copy(update={"payload": event.payload})
@@ -237,22 +256,25 @@ class LocalStore:
         rewritten or withdrawn in place again (durable before the request goes out)."""
         with self._transaction() as conn:
             conn.executemany(
-                "UPDATE pending_events SET attempts = attempts + 1 WHERE event_id = ?", [(e,) for e in event_ids]
+                "UPDATE pending_events SET status = 'sending', attempts = attempts + 1 WHERE event_id = ?",
+                [(e,) for e in event_ids],
             )
         await self._durable()
 
     def outbox(self, limit: int = 100) -> list[Pending]:
+        """What is still to be pushed, in the order it was written."""
         rows = self.conn.execute(
-            "SELECT body, attempts FROM pending_events WHERE status = 'pending' ORDER BY id LIMIT ?",
+            "SELECT body, status, attempts, last_error FROM pending_events WHERE status <> 'sent' ORDER BY id LIMIT ?",
             (limit,),
         ).fetchall()
         return [
-            Pending(DomainEvent.model_validate_json(r["body"]), r["attempts"])
+            Pending(DomainEvent.model_validate_json(r["body"]), r["status"], r["attempts"], r["last_error"])
             for r in rows
         ]
 
     def pending_count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM pending_events WHERE status = 'pending'").fetchone()[0])
+        """How many local changes the server has not taken yet."""
+        return int(self.conn.execute("SELECT count(*) FROM pending_events WHERE status <> 'sent'").fetchone()[0])
 
     async def record_results(self, results: Iterable[EventResult]) -> bool:
         """What the server answered to a push: accepted and duplicate events wait (as ``sent``) for
@@ -266,7 +288,7 @@ class LocalStore:
                     rejected = True
                 else:
                     conn.execute(
-                        "UPDATE pending_events SET status = 'sent', seq = ? WHERE event_id = ?",
+                        "UPDATE pending_events SET status = 'sent', seq = ?, last_error = NULL WHERE event_id = ?",
                         (result.seq, result.event_id),
                     )
             changed = self._drop_logged(conn) or rejected
@@ -278,7 +300,8 @@ class LocalStore:
     async def record_failure(self, event_ids: list[str], error: str) -> None:
         with self._transaction() as conn:
             conn.executemany(
-                "UPDATE pending_events SET last_error = ? WHERE event_id = ?", [(error, e) for e in event_ids]
+                "UPDATE pending_events SET status = 'failed', last_error = ? WHERE event_id = ? AND status = 'sending'",
+                [(error, e) for e in event_ids],
             )
         await self._durable()
 

@@ -82,3 +82,57 @@ async def test_the_outbox_coalesces_what_never_left_the_device(tmp_path: Path) -
     assert all(e.entity_id() not in (fresh.id, inside.id) for e in (p.event for p in store.outbox()))
     assert store.chat(fresh.id) is None
     store.close()
+
+
+async def test_an_outbox_entry_goes_pending_sending_failed_sent_and_leaves_with_its_seq(tmp_path: Path) -> None:
+    from shared.models import EventResult, LoggedEvent
+
+    path = str(tmp_path / "local.db")
+    store = LocalStore(path, RecordingPersistence())
+    chat = Chat(id=new_id(), title="t", created_at=T)
+    event = _event(EventType.CHAT_CREATED, chat)
+    await store.add_local(event)
+
+    def entry() -> tuple[str, int, str | None]:
+        [pending] = store.outbox()
+        return pending.status, pending.attempts, pending.last_error
+
+    assert entry() == ("pending", 0, None)
+    await store.mark_attempted([event.event_id])
+    assert entry() == ("sending", 1, None)
+    await store.record_failure([event.event_id], "offline")
+    assert entry() == ("failed", 1, "offline")
+    await store.mark_attempted([event.event_id])
+    store.close()  # the tab closes with the push under way: after a reload it is sent again
+    store = LocalStore(path, RecordingPersistence())
+    assert entry() == ("sending", 2, "offline")
+    assert store.pending_count() == 1
+
+    await store.record_results([EventResult(event_id=event.event_id, status="accepted", seq=1)])
+    assert store.outbox() == [] and store.pending_count() == 0  # nothing left to push...
+    assert store.chat(chat.id) is not None and store.chat(chat.id).last_seq == 0  # ...but not confirmed yet
+    logged = LoggedEvent(seq=1, origin="d", event_id=event.event_id, type=event.type, payload=chat, created_at=T)
+    await store.apply_remote([logged], 1)
+    assert store.conn.execute("SELECT count(*) FROM pending_events").fetchone()[0] == 0
+    assert store.chat(chat.id).last_seq == 1  # type: ignore[union-attr]
+    store.close()
+
+
+async def test_migration_3_gives_old_outbox_entries_their_status(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "local.db")
+    LocalStore(path, RecordingPersistence()).close()
+    conn = sqlite3.connect(path)  # as a database before 0003 had it
+    conn.execute("DELETE FROM schema_migrations WHERE name = '0003_outbox_statuses'")
+    rows = [("a", "a", 0, None), ("b", "b", 1, None), ("c", "c", 2, "timeout")]
+    conn.executemany(
+        "INSERT INTO pending_events (event_id, entity_id, body, status, attempts, last_error) VALUES (?, ?, '{}', 'pending', ?, ?)",
+        rows,
+    )
+    conn.commit()
+    conn.close()
+    store = LocalStore(path, RecordingPersistence())
+    statuses = store.conn.execute("SELECT event_id, status FROM pending_events ORDER BY event_id").fetchall()
+    assert [tuple(r) for r in statuses] == [("a", "pending"), ("b", "sending"), ("c", "failed")]
+    store.close()

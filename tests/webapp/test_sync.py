@@ -68,7 +68,7 @@ async def test_offline_messages_survive_a_reload_and_are_delivered_once(app: Qua
         await a.engine.push()
     a.reload()
     assert shown(a) == [("one", True), ("two", True)]
-    assert a.store.outbox()[0].attempts == 1  # the failed attempt was recorded
+    assert (a.store.outbox()[0].status, a.store.outbox()[0].attempts) == ("failed", 1)  # the failed attempt was recorded
     a.transport.offline = False
     await a.sync()
     await a.sync()  # a second push sends nothing again
