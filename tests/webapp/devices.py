@@ -3,6 +3,7 @@ the real server app in-process."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from pathlib import Path
@@ -25,6 +26,9 @@ class Device:
     def __init__(self, app: Quart, token: str, path: Path) -> None:
         self.path = path
         self.transport = InProcessTransport(app.test_client(use_cookies=False), token)
+        # A pull or a push under way in a task of its own (its answer held by the network): the
+        # engine never runs two pulls or two pushes at once, and neither does sync() here.
+        self.under_way: dict[str, asyncio.Task[None]] = {}
         self.open()
 
     def open(self) -> None:
@@ -34,7 +38,12 @@ class Device:
         )
 
     def reload(self) -> None:
-        """The tab is closed and opened again: memory is lost, the database file stays."""
+        """The tab is closed and opened again: memory is lost, the database file stays (and what
+        was under way dies with the tab: a request the server had stays there)."""
+        for task in self.under_way.values():
+            task.cancel()
+        self.under_way.clear()
+        self.transport.held.clear()
         self.store.close()
         self.open()
 
@@ -54,9 +63,9 @@ class Device:
         return message.id
 
     async def sync(self) -> None:
-        await self.engine.pull()
-        await self.engine.push()
-        await self.engine.pull()
+        for step in (self.engine.pull, self.engine.push, self.engine.pull):
+            if step.__name__ not in self.under_way:
+                await step()
 
 
 async def signup(app: Quart) -> str:

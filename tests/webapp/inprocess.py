@@ -1,9 +1,24 @@
-"""A Transport that talks to the real server app in-process (Quart's test client), and can be
-switched offline: the sync engine's code path under CPython, against the real server code."""
+"""A Transport that talks to the real server app in-process (Quart's test client) through an
+in-memory network that the tests control: it goes offline, drops, delays, duplicates and reorders.
+The sync engine's code path under CPython, against the real server code.
+
+- ``set_offline(True)``: every call fails and the live sockets close; held answers are lost.
+- ``hold_next = True | False``: the next call is held until ``release(call)``: with True the server
+  gets the request at once and only the answer waits; with False the request waits too (it
+  reaches the server when released). Released in any order, held calls arrive reordered;
+  released with ``lose=True``, the answer (or the request) never arrives.
+- ``duplicate_next``: the next request reaches the server twice (a retrying proxy).
+- ``hold_frames``: live event frames wait in ``held_frames`` until ``release_frames(order)``
+  passes them on, in that order, as often as they appear in it (so reordered, duplicated or
+  dropped).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -48,9 +63,17 @@ class InProcessSocket:
     async def _read(self, ws: Any) -> None:
         try:
             while True:
-                self._queue.put_nowait(await ws.receive())
+                frame = await ws.receive()
+                if self._transport.hold_frames and '"type":"event"' in frame.replace(" ", ""):
+                    self._transport.held_frames.append((self, frame))
+                else:
+                    self._queue.put_nowait(frame)
         except WebsocketDisconnectError as e:
             self._queue.put_nowait(close_error(int(e.args[0]) if e.args else 1006, ""))
+
+    def pass_on(self, frame: str) -> None:
+        if not self.closed:
+            self._queue.put_nowait(frame)
 
     async def receive(self) -> AnyFrame:
         item = await self._queue.get()
@@ -70,21 +93,73 @@ class InProcessSocket:
         await self._context.__aexit__(None, None, None)
 
 
+@dataclass
+class HeldCall:
+    """A call whose answer (and, unless ``delivered``, whose request) waits to be released."""
+
+    what: str
+    delivered: bool
+    lose: bool = False
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class InProcessTransport:
     def __init__(self, client: Client, token: str) -> None:
         self.client = client
         self.headers = {"Authorization": f"Bearer {token}"}
         self.offline = False
         self.sockets: list[InProcessSocket] = []
+        self.hold_next: bool | None = None
+        self.duplicate_next = False
+        self.held: list[HeldCall] = []
+        self.hold_frames = False
+        self.held_frames: list[tuple[InProcessSocket, str]] = []
 
     async def go_offline(self) -> None:
-        self.offline = True
-        for socket in self.sockets:
-            await socket.close()
+        await self.set_offline(True)
+
+    async def set_offline(self, offline: bool) -> None:
+        self.offline = offline
+        if offline:
+            for call in list(self.held):
+                self.release(call, lose=True)
+            for socket in self.sockets:
+                await socket.close()
+
+    def release(self, call: HeldCall, lose: bool = False) -> None:
+        self.held.remove(call)
+        call.lose = lose
+        call.gate.set()
+
+    def release_frames(self, order: list[int]) -> None:
+        """Pass the held frames on in this order of their indexes (repeat one to duplicate it,
+        leave one out to drop it); the held list is emptied."""
+        frames, self.held_frames = self.held_frames, []
+        for index in order:
+            socket, frame = frames[index]
+            socket.pass_on(frame)
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
         if self.offline:
             raise NetworkError("offline")
+        request = functools.partial(self._request, method, path, body)
+        if self.duplicate_next:
+            self.duplicate_next = False
+            await _outcome(request)  # the first copy's answer goes nowhere
+        if self.hold_next is None:
+            return await request()
+        call = HeldCall(f"{method} {path}", delivered=self.hold_next)
+        self.hold_next = None
+        answer = await _outcome(request) if call.delivered else None
+        self.held.append(call)
+        await call.gate.wait()
+        if call.lose:
+            raise NetworkError(f"{call.what}: the {'answer' if call.delivered else 'request'} was lost")
+        if answer is None:
+            answer = await _outcome(request)
+        return answer()
+
+    async def _request(self, method: str, path: str, body: Any) -> Any:
         response = await self.client.open(path, method=method, json=body, headers=self.headers)
         data = await response.get_json()
         if response.status_code == 401:
@@ -115,3 +190,17 @@ class InProcessTransport:
             raise NetworkError("offline")
         context = self.client.websocket(f"/sync/live?afterSeq={after_seq}", headers=self.headers)
         return await InProcessSocket(context, self).open()
+
+
+async def _outcome(request: Callable[[], Awaitable[Any]]) -> Callable[[], Any]:
+    """Make the request now; what it answered (a value or an error) is given back when called."""
+    try:
+        value = await request()
+    except Exception as error:
+        failure = error
+
+        def fail() -> Any:
+            raise failure
+
+        return fail
+    return lambda: value

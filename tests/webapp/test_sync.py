@@ -37,6 +37,14 @@ async def server_state(device: Device) -> Snapshot:
     return Snapshot(chats=sorted(chats, key=lambda c: c.id), messages=sorted(messages, key=lambda m: m.id))
 
 
+async def until(predicate: Any, why: Any = "") -> None:
+    for _ in range(250):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out: {why() if callable(why) else why}")
+
+
 def shown(device: Device) -> list[tuple[str, bool]]:
     return [
         (m.content, is_pending(m)) for c in device.store.chats() for m in device.store.messages(c.id)
@@ -155,22 +163,18 @@ async def test_the_engine_follows_the_live_socket(app: Quart, tmp_path: Path) ->
         await a.say(chat, "live")
         a.engine.kick()
 
-        async def until(predicate: Any) -> None:
-            for _ in range(200):
-                if predicate():
-                    return
-                await asyncio.sleep(0.02)
-            raise AssertionError(f"timed out: a={shown(a)} b={shown(b)} {a.engine.status} {b.engine.status} {statuses}")
+        def why() -> str:
+            return f"a={shown(a)} b={shown(b)} {a.engine.status} {b.engine.status} {statuses}"
 
-        await until(lambda: shown(b) == [("live", False)])
+        await until(lambda: shown(b) == [("live", False)], why)
         assert Status.ONLINE in statuses
         await b.transport.go_offline()
-        await until(lambda: b.engine.status is Status.OFFLINE)
+        await until(lambda: b.engine.status is Status.OFFLINE, why)
         await a.say(chat, "while b was away")
         a.engine.kick()
         b.transport.offline = False
-        await until(lambda: [t for t, _ in shown(b)] == ["live", "while b was away"])
-        await until(lambda: b.engine.status is Status.ONLINE)
+        await until(lambda: [t for t, _ in shown(b)] == ["live", "while b was away"], why)
+        await until(lambda: b.engine.status is Status.ONLINE, why)
     finally:
         for run in runs:
             run.cancel()
@@ -178,3 +182,36 @@ async def test_the_engine_follows_the_live_socket(app: Quart, tmp_path: Path) ->
         for device in (a, b):
             for socket in device.transport.sockets:
                 await socket.close()
+
+
+async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_once(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    chat = await b.new_chat()
+    await b.sync()
+    run = asyncio.ensure_future(a.engine.run())
+    texts = lambda: [t for t, _ in shown(a)]  # noqa: E731
+    try:
+        await until(lambda: a.engine.status is Status.ONLINE and a.store.last_seq() == 1, "a never caught up")
+        a.transport.hold_frames = True
+        for i in range(4):
+            await b.say(chat, f"m{i}")
+        await b.sync()
+        await until(lambda: len(a.transport.held_frames) == 4, "the frames never came")
+        a.transport.release_frames([3, 1, 1, 0, 2, 3])  # out of order, twice over
+        await until(lambda: texts() == ["m0", "m1", "m2", "m3"], texts)
+
+        await b.say(chat, "m4")
+        await b.say(chat, "m5")
+        await b.sync()
+        await until(lambda: len(a.transport.held_frames) == 2, "the frames never came")
+        a.transport.hold_frames = False
+        a.transport.release_frames([1])  # m4's frame is lost: m5's shows the gap, a pull fills it
+        await until(lambda: texts() == ["m0", "m1", "m2", "m3", "m4", "m5"], texts)
+        assert a.store.last_seq() == 7
+        assert a.store.confirmed() == await server_state(a)
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        for socket in a.transport.sockets:
+            await socket.close()

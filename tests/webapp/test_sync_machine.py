@@ -1,6 +1,7 @@
 """Hypothesis drives several clients against one in-process server: sends, edits and deletes,
-chats created and deleted, devices going offline and online, answers lost or duplicated, tabs
-reloaded (memory lost, disk kept), the log compacted, events rejected.
+chats created and deleted, devices going offline and online, answers lost or duplicated, requests
+and answers delayed while other things happen and delivered in another order than they were
+sent, tabs reloaded (memory lost, disk kept), the log compacted, events rejected.
 
 Invariants at every step: a client's confirmed state is the server's state at that client's cursor
 (the replay of the whole history up to it); the log never holds a message twice. At the end, after
@@ -118,7 +119,66 @@ class SyncMachine(RuleBasedStateMachine):
 
     @rule(device=st.integers(0, DEVICES - 1), offline=st.booleans())
     def network(self, device: int, offline: bool) -> None:
-        self.devices[device].transport.offline = offline
+        target = self.devices[device]
+        self.run(target.transport.set_offline(offline))
+        self.settle(target)
+
+    @rule(device=st.integers(0, DEVICES - 1), step=st.sampled_from(["pull", "push"]), request_arrives=st.booleans())
+    def delay_a_pull_or_push(self, device: int, step: str, request_arrives: bool) -> None:
+        """The device starts a pull or a push whose answer is held back (and, unless the request
+        arrives at once, its request too); other steps happen before it is delivered."""
+        target = self.devices[device]
+        if step in target.under_way or target.transport.offline:
+            return
+        target.transport.hold_next = request_arrives
+        task = self.loop.create_task(getattr(target.engine, step)())
+        target.under_way[step] = task
+
+        async def parked() -> None:
+            while not (task.done() or any(not c.gate.is_set() for c in target.transport.held)):
+                await asyncio.sleep(0)
+
+        self.run(parked())
+        target.transport.hold_next = None  # (a push with nothing to send makes no call)
+        self.settle(target)
+        self.record()
+
+    @precondition(lambda self: any(d.transport.held for d in self.devices))
+    @rule(pick=st.integers(0, 1000), lose=st.booleans())
+    def deliver_a_delayed_call(self, pick: int, lose: bool) -> None:
+        """Any held call, whichever was sent first: delivered, or lost on the way."""
+        held = [(d, call) for d in self.devices for call in d.transport.held]
+        device, call = held[pick % len(held)]
+        device.transport.release(call, lose)
+        self.settle(device)
+        self.record()
+
+    def settle(self, device: Device) -> None:
+        """Let the device's steps under way run on until they end or wait on a held call."""
+
+        async def quiet() -> None:
+            for _ in range(10_000):
+                waiting = sum(not c.gate.is_set() for c in device.transport.held)
+                if sum(not t.done() for t in device.under_way.values()) <= waiting:
+                    return
+                await asyncio.sleep(0)
+            raise AssertionError("a step under way neither ends nor waits")
+
+        self.run(quiet())
+        for step, task in list(device.under_way.items()):
+            if task.done():
+                del device.under_way[step]
+                if not task.cancelled() and not isinstance(task.exception(), NetworkError | type(None)):
+                    raise task.exception()  # type: ignore[misc]
+
+    @rule(device=st.integers(0, DEVICES - 1))
+    def a_request_arrives_twice(self, device: int) -> None:
+        target = self.devices[device]
+        target.transport.duplicate_next = True
+        with contextlib.suppress(NetworkError):
+            self.run(target.sync())
+        target.transport.duplicate_next = False
+        self.record()
 
     @rule(device=st.integers(0, DEVICES - 1), compact_first=st.sampled_from([None, None, 0, 10**9]))
     def sync(self, device: int, compact_first: int | None) -> None:
@@ -167,6 +227,9 @@ class SyncMachine(RuleBasedStateMachine):
     def check_convergence(self) -> None:
         for device in self.devices:
             device.transport.offline = False
+            for call in list(device.transport.held):
+                device.transport.release(call)
+            self.settle(device)
         for _ in range(2):  # everyone pushes, then everyone pulls what the others pushed
             for device in self.devices:
                 self.run(device.sync())
@@ -204,6 +267,6 @@ class ConvergingMachine(SyncMachine):
 
 
 ConvergingMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
 )
 test_clients_converge = ConvergingMachine.TestCase
