@@ -1,21 +1,14 @@
-// Bootstrap: service worker, Pyodide with our own lock file, the IndexedDB-backed /data mount,
-// then our Python (webapp.browser.main). Everything is served from this origin; nothing from a CDN.
+// Bootstrap: service worker, Pyodide with our own lock file, the local database's files read
+// from IndexedDB (static/storage.js), then our Python (webapp.browser.main). Everything is served
+// from this origin; nothing from a CDN.
 import { loadPyodide } from "/static/vendor/pyodide/pyodide.mjs";
+import * as storage from "/static/storage.js";
 
 const status = document.getElementById("status");
 const fail = (text, error) => {
   status.textContent = text;
   status.dataset.state = "error";
   console.error(text, error);
-};
-
-// IDBFS writes its files in one readwrite transaction per syncfs; ask for strict durability
-// (Chrome's default became relaxed), so "saved" means on disk. The IDBFS database is named
-// after its mount point.
-const openTransaction = IDBDatabase.prototype.transaction;
-IDBDatabase.prototype.transaction = function (stores, mode, options) {
-  if (mode === "readwrite" && this.name === "/data") options = { ...(options || {}), durability: "strict" };
-  return openTransaction.call(this, stores, mode, options);
 };
 
 async function registerServiceWorker() {
@@ -42,11 +35,11 @@ async function registerServiceWorker() {
   document.getElementById("update-now").addEventListener("click", () => { window.chatUpdating = true; });
 }
 
-// One tab owns the database at a time (Web Locks): each tab has its own copy in memory and a
-// sync writes whole files, so two writing tabs would overwrite each other. The owner holds
-// OWNER_LOCK for its life; every sync, in any tab, runs under IO_LOCK, so a tab taking over reads
-// the database only after the previous owner's last sync has finished, and a tab that lost
-// ownership syncs nothing more.
+// One tab owns the database at a time (Web Locks): each tab has its own copy in memory, so two
+// writing tabs would overwrite each other's chunks. The owner holds OWNER_LOCK for its life;
+// every read or write of the stored files, in any tab, runs under IO_LOCK, so a tab taking over
+// reads the database only after the previous owner's last write has finished, and a tab that
+// lost ownership writes nothing more.
 const OWNER_LOCK = "chat-db-owner";
 const IO_LOCK = "chat-db-io";
 let owner = false;
@@ -94,19 +87,19 @@ async function becomeOwner() {
   }
 }
 
-function syncfs(pyodide, populate) {
+function underIoLock(work) {
   return navigator.locks.request(IO_LOCK, () => {
     if (!owner) throw new Error("this tab no longer owns the database");
-    return new Promise((resolve, reject) => pyodide.FS.syncfs(populate, (e) => (e ? reject(e) : resolve())));
+    return work();
   });
 }
 
-// One serialized FS.syncfs(false) at a time; each caller waits for a sync that started after it.
-let syncChain = Promise.resolve();
-function persist(pyodide) {
-  const run = () => syncfs(pyodide, false);
-  syncChain = syncChain.then(run, run);
-  return syncChain;
+// Writes run one at a time, in the order Python asked for them.
+let writeChain = Promise.resolve();
+function persist(pyodide, writes) {
+  const run = () => underIoLock(() => storage.write(pyodide, "/data", JSON.parse(writes)));
+  writeChain = writeChain.then(run, run);
+  return writeChain;
 }
 
 // One delegated listener for the whole UI: elements carry data-action, Python does the rest.
@@ -171,11 +164,11 @@ async function boot() {
   if (missing.length) throw new Error(`packages failed to load: ${missing.join(", ")}`);
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
   pyodide.FS.mkdirTree("/data");
-  pyodide.FS.mount(pyodide.FS.filesystems.IDBFS, {}, "/data");
-  await syncfs(pyodide, true);
-  globalThis.chatHost = { persist: () => persist(pyodide) };
+  const stored = await underIoLock(() => storage.load(pyodide, "/data"));
+  globalThis.chatHost = { persist: (writes) => persist(pyodide, writes), stored: JSON.stringify(stored) };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");
+  storage.forgetLegacy(); // (main() stored everything as chunks)
   document.body.dataset.ready = "true";
 }
 

@@ -28,6 +28,7 @@ from shared.models import (
     format_time,
 )
 from webapp.app import AuthFailed, Client, Services
+from webapp.chunks import ChunkPersistence, Writes
 from webapp.store import LocalStore
 from webapp.transport import (
     AnyFrame,
@@ -38,31 +39,14 @@ from webapp.transport import (
     close_error,
 )
 
-DB_PATH = "/data/chat.db"  # /data is an IDBFS mount made by static/app.js before Python starts
+DB_PATH = "/data/chat.db"  # in Pyodide's in-memory FS, stored as chunks in IndexedDB by static/storage.js
 FRAME = TypeAdapter(Frame)
 
 
-class IdbfsPersistence:
-    """Bump the changed files' mtimes, then one awaited, serialized ``FS.syncfs(false)`` with
-    strict IndexedDB durability (static/app.js).
-
-    IDBFS stores each file whose mtime differs from the stored one, whole. A change in the same
-    millisecond as the last sync would be skipped, so the files that changed get a strictly newer
-    mtime; the database file is touched only when it changed (at a checkpoint), or every commit
-    would rewrite all of it."""
-
-    def __init__(self, path: str) -> None:
-        self._database = path
-        self._always = [path + "-wal", path + "-shm"]
-        self._last_ms = 0
-
-    async def flush(self, database_file_changed: bool) -> None:
-        self._last_ms = max(int(time.time() * 1000), self._last_ms + 1)
-        ns = self._last_ms * 1_000_000
-        for path in self._always + ([self._database] if database_file_changed else []):
-            if os.path.exists(path):
-                os.utime(path, ns=(ns, ns))
-        await js.chatHost.persist()
+async def _store_chunks(writes: Writes) -> None:
+    """One strict IndexedDB transaction with these chunks and the files' sizes (static/app.js
+    runs them one at a time, and only while this tab owns the database)."""
+    await js.chatHost.persist(json.dumps(writes))
 
 
 async def _request(method: str, path: str, body: Any = None) -> Any:
@@ -177,7 +161,8 @@ def _now() -> str:
 
 async def main() -> Client:
     """Open the local database and start the client; called by static/app.js."""
-    store = LocalStore(DB_PATH, IdbfsPersistence(DB_PATH))
+    stored = json.loads(js.chatHost.stored)  # what IndexedDB held at start-up: {file name: size}
+    store = LocalStore(DB_PATH, ChunkPersistence(DB_PATH, stored, _store_chunks))
     await store.open()
     new_id = Uuid7Generator(lambda: int(time.time() * 1000), os.urandom)
     client = Client(

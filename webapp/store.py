@@ -41,24 +41,52 @@ DELETES = {EventType.CHAT_DELETED, EventType.MESSAGE_DELETED}
 CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint wrote into the database file: these pages (numbered from 1)."""
+
+    pages: frozenset[int]
+    page_size: int
+
+
 class Persistence(Protocol):
-    async def flush(self, database_file_changed: bool) -> None:
-        """Make every committed change durable before returning. In WAL mode a commit changes
-        only the -wal file; the database file itself changes only at a checkpoint, and then
-        ``database_file_changed`` says so (a whole-file store need not rewrite it otherwise)."""
+    async def flush(self, checkpoint: Checkpoint | None) -> None:
+        """Make every committed change durable before returning. In WAL mode a commit only
+        appends to the -wal file; the database file changes only at a checkpoint, and then
+        ``checkpoint`` says which of its pages it rewrote."""
 
 
 class FilePersistence:
     """A database file on a real disk is durable once SQLite has committed."""
 
-    async def flush(self, database_file_changed: bool) -> None:
+    async def flush(self, checkpoint: Checkpoint | None) -> None:
         return None
 
 
-# The -wal file is checkpointed into the database file once it is this large. Each durable commit
-# persists the whole -wal file and each checkpoint the whole database file, so this trades the one
-# against the other.
+# The -wal file is checkpointed into the database file once it is this large: the bigger, the
+# fewer checkpoints, and the more pages each one rewrites.
 CHECKPOINT_WAL_BYTES = 512 * 1024
+
+
+def wal_pages(path: str) -> set[int]:
+    """The database pages the frames of a -wal file hold (what a checkpoint copies from it).
+
+    Format (sqlite.org/fileformat.html, "WAL file format"): a 32-byte header (page size at
+    byte 8, salts at 16..24), then frames: a 24-byte header (page number at 0, the salts again at
+    8..16) and the page. Frames with other salts are left from an earlier generation of the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return set()
+    if len(data) < 32:
+        return set()
+    page_size, salts = int.from_bytes(data[8:12], "big"), data[16:24]
+    pages: set[int] = set()
+    for offset in range(32, len(data) - 24 - page_size + 1, 24 + page_size):
+        if data[offset + 8 : offset + 16] == salts:
+            pages.add(int.from_bytes(data[offset : offset + 4], "big"))
+    return pages
 
 
 @dataclass(frozen=True)
@@ -185,16 +213,19 @@ class LocalStore:
         )
 
     async def open(self) -> None:
-        """After opening: persist everything once (migrations, a checkpoint made at close)."""
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        await self._persistence.flush(database_file_changed=True)
+        """After opening: checkpoint what the -wal holds (migrations, an earlier session's
+        commits) and persist that."""
+        await self._persistence.flush(self._checkpoint())
 
     async def _durable(self) -> None:
         """Called after every write transaction: persist it, checkpointing when the -wal is big."""
-        checkpoint = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > CHECKPOINT_WAL_BYTES
-        if checkpoint:
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        await self._persistence.flush(database_file_changed=checkpoint)
+        big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > CHECKPOINT_WAL_BYTES
+        await self._persistence.flush(self._checkpoint() if big else None)
+
+    def _checkpoint(self) -> Checkpoint:
+        pages = wal_pages(self._wal_path)
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return Checkpoint(frozenset(pages), int(self.conn.execute("PRAGMA page_size").fetchone()[0]))
 
     # --- account and cursor --------------------------------------------------------------------
 

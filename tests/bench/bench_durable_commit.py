@@ -87,7 +87,7 @@ def main() -> None:
             browser.close()
     finally:
         server.stop()
-    print(f"durable local commit (SQLite in IndexedDB via IDBFS, WAL), {COMMITS} commits per size")
+    print(f"durable local commit (SQLite, WAL, its files in IndexedDB as 64 KiB chunks), {COMMITS} commits per size")
     for r in results:
         (d_mean, d_p95), (s_mean, _) = r["durable"], r["sqlite"]
         print(

@@ -6,37 +6,45 @@ from pathlib import Path
 
 from shared.models import Chat, DomainEvent, EventType, Message
 from tests.webapp.devices import T, new_id
-from webapp.store import CHECKPOINT_WAL_BYTES, LocalStore
+from webapp.store import Checkpoint, LocalStore
 
 
 class RecordingPersistence:
     def __init__(self) -> None:
-        self.flushes: list[bool] = []
+        self.flushes: list[Checkpoint | None] = []
 
-    async def flush(self, database_file_changed: bool) -> None:
-        self.flushes.append(database_file_changed)
+    async def flush(self, checkpoint: Checkpoint | None) -> None:
+        self.flushes.append(checkpoint)
 
 
-async def test_every_write_is_flushed_and_the_database_file_only_after_a_checkpoint(tmp_path: Path) -> None:
+async def test_every_write_is_flushed_and_a_checkpoint_names_the_pages_it_rewrote(tmp_path: Path) -> None:
     persistence = RecordingPersistence()
     path = tmp_path / "local.db"
     store = LocalStore(str(path), persistence)
     await store.open()
-    assert persistence.flushes == [True]  # everything once at start-up
+    [opened] = persistence.flushes  # the migrations' pages, checkpointed at start-up
+    assert opened is not None and opened.pages and opened.page_size == 4096
 
     chat = Chat(id=new_id(), title="t", created_at=T)
     await store.add_local(DomainEvent(event_id=new_id(), type=EventType.CHAT_CREATED, payload=chat, created_at=T))
-    assert persistence.flushes[-1] is False  # a commit touches only the -wal file
-    size_before = path.stat().st_size
+    assert persistence.flushes[-1] is None  # a commit touches only the -wal file
+    before = path.read_bytes()
 
-    while persistence.flushes[-1] is False:  # write until the -wal passes the limit
+    while persistence.flushes[-1] is None:  # write until the -wal passes the limit
         message = Message(id=new_id(), chat_id=chat.id, role="user", content="x" * 4000, created_at=T)
         event = DomainEvent(event_id=new_id(), type=EventType.MESSAGE_APPENDED, payload=message, created_at=T)
         await store.add_local(event)
         assert len(persistence.flushes) < 500
-    assert path.stat().st_size > size_before  # the checkpoint wrote into the database file...
+    checkpoint = persistence.flushes[-1]
+    assert checkpoint is not None
+    after = path.read_bytes()
+    size = checkpoint.page_size
+    changed = {
+        n + 1 for n in range(len(after) // size) if before[n * size : (n + 1) * size] != after[n * size : (n + 1) * size]
+    }
+    assert changed and changed <= checkpoint.pages  # every page the checkpoint rewrote is named
     wal = Path(str(path) + "-wal")
-    assert not wal.exists() or wal.stat().st_size < CHECKPOINT_WAL_BYTES  # ...and emptied the -wal
+    assert not wal.exists() or wal.stat().st_size == 0  # ...and the -wal was emptied
     assert len(store.messages(chat.id)) == len(persistence.flushes) - 2
     store.close()
 

@@ -1,0 +1,116 @@
+// The local database's files in IndexedDB, as 64 KiB chunks, so that a durable commit writes only
+// what changed (the new end of the -wal file; at a checkpoint, the chunks holding the pages it
+// rewrote), whatever the size of the database. webapp/browser.py says which chunks; each write
+// is one readwrite transaction with strict durability, chunks and file sizes together, so what
+// IndexedDB holds is always a state SQLite committed. At start-up the files are read back into
+// Pyodide's in-memory file system before Python opens the database.
+
+const DB_NAME = "chat-files";
+export const CHUNK = 65536;
+const LEGACY_IDBFS = "/data"; // before chunks: an IDBFS mount, its database named after it
+
+function request(req) {
+  return new Promise((resolve, reject) => {
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+}
+
+function done(tx) {
+  return new Promise((resolve, reject) => {
+    tx.oncomplete = () => resolve();
+    tx.onerror = tx.onabort = () => reject(tx.error || new Error("IndexedDB transaction aborted"));
+  });
+}
+
+function open() {
+  const req = indexedDB.open(DB_NAME, 1);
+  req.onupgradeneeded = () => {
+    req.result.createObjectStore("chunks"); // [file name, chunk index] -> Uint8Array
+    req.result.createObjectStore("sizes"); // file name -> bytes
+  };
+  return request(req).then((opened) => {
+    // Someone deletes the database (the user clearing site data): let them.
+    opened.onversionchange = () => opened.close();
+    return opened;
+  });
+}
+
+let db = null;
+
+// Reads every stored file into `dir` of Pyodide's FS. Returns {name: size} of what was stored
+// (empty the first time).
+export async function load(pyodide, dir) {
+  db = await open();
+  const tx = db.transaction(["chunks", "sizes"], "readonly");
+  const [names, sizes] = await Promise.all([
+    request(tx.objectStore("sizes").getAllKeys()),
+    request(tx.objectStore("sizes").getAll()),
+  ]);
+  const stored = {};
+  for (const [i, name] of names.entries()) {
+    const range = IDBKeyRange.bound([name, 0], [name, Infinity]);
+    const [keys, chunks] = await Promise.all([
+      request(tx.objectStore("chunks").getAllKeys(range)),
+      request(tx.objectStore("chunks").getAll(range)),
+    ]);
+    const file = new Uint8Array(sizes[i]);
+    for (const [j, [, index]] of keys.entries()) {
+      const start = index * CHUNK;
+      if (start < file.length) file.set(chunks[j].subarray(0, file.length - start), start);
+    }
+    pyodide.FS.writeFile(`${dir}/${name}`, file);
+    stored[name] = sizes[i];
+  }
+  if (!names.length) await migrateFromIdbfs(pyodide, dir);
+  return stored;
+}
+
+// writes: [[file name, [chunk index, ...]], ...]; the sizes of those files go with them.
+export async function write(pyodide, dir, writes) {
+  const tx = db.transaction(["chunks", "sizes"], "readwrite", { durability: "strict" });
+  const chunks = tx.objectStore("chunks");
+  const sizes = tx.objectStore("sizes");
+  for (const [name, indexes] of writes) {
+    const path = `${dir}/${name}`;
+    const size = pyodide.FS.analyzePath(path).exists ? pyodide.FS.stat(path).size : 0;
+    sizes.put(size, name);
+    if (!indexes.length) continue;
+    const stream = pyodide.FS.open(path, "r");
+    try {
+      for (const index of indexes) {
+        const start = index * CHUNK;
+        const chunk = new Uint8Array(Math.max(0, Math.min(CHUNK, size - start)));
+        pyodide.FS.read(stream, chunk, 0, chunk.length, start);
+        chunks.put(chunk, [name, index]);
+      }
+    } finally {
+      pyodide.FS.close(stream);
+    }
+  }
+  await done(tx);
+}
+
+// The database as an earlier version stored it (whole files in an IDBFS database named after its
+// mount point, /data): copied into `dir`, so that Python's first write stores it as chunks;
+// forgetLegacy() deletes the old copy after that write.
+let legacy = false;
+async function migrateFromIdbfs(pyodide, dir) {
+  const known = (await indexedDB.databases?.()) || [];
+  if (!known.some((d) => d.name === LEGACY_IDBFS)) return;
+  const FS = pyodide.FS;
+  FS.mkdirTree(LEGACY_IDBFS);
+  FS.mount(FS.filesystems.IDBFS, {}, LEGACY_IDBFS);
+  await new Promise((resolve, reject) => FS.syncfs(true, (e) => (e ? reject(e) : resolve())));
+  const files = FS.readdir(LEGACY_IDBFS).filter((n) => n !== "." && n !== "..")
+    .map((name) => [name, FS.readFile(`${LEGACY_IDBFS}/${name}`)]);
+  FS.unmount(LEGACY_IDBFS);
+  FS.mkdirTree(dir);
+  for (const [name, data] of files) FS.writeFile(`${dir}/${name}`, data);
+  legacy = files.length > 0;
+}
+
+export function forgetLegacy() {
+  if (legacy) indexedDB.deleteDatabase(LEGACY_IDBFS);
+  legacy = false;
+}
