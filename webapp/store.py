@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from shared.models import (
     LoggedEvent,
     Message,
     Snapshot,
+    format_time,
 )
 from shared.reducer import PENDING_SEQ, apply
 from shared.schema import CHATS, MESSAGES, Sql, Table
@@ -147,9 +149,14 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 ]
 
 
+def _utc_now() -> str:
+    return format_time(datetime.now(timezone.utc))
+
+
 class LocalStore:
-    def __init__(self, path: str, persistence: Persistence) -> None:
+    def __init__(self, path: str, persistence: Persistence, now: Callable[[], str] = _utc_now) -> None:
         self._persistence = persistence
+        self._now = now
         self._wal_path = path + "-wal"
         conn = sqlite3.connect(path, isolation_level=None)
         conn.row_factory = sqlite3.Row
@@ -245,6 +252,11 @@ class LocalStore:
 
     def last_seq(self) -> int:
         return int(self._meta("last_seq") or 0)
+
+    def synced_at(self) -> str | None:
+        """When the server last told us what is new (a page of updates, a live frame, a
+        snapshot): the local copy was up to date then."""
+        return self._meta("synced_at")
 
     # --- local changes: the outbox -------------------------------------------------------------
 
@@ -357,13 +369,13 @@ class LocalStore:
             if current_seq is not None:
                 cursor = max(cursor, current_seq)  # compaction may have skipped superseded seqs
             self._set_meta(conn, "last_seq", str(cursor))
+            self._set_meta(conn, "synced_at", self._now())
             if self._drop_logged(conn):
                 self._rebuild_shown(conn)
             elif applied:
                 for pending in self._pending_events(conn):
                     self._run(conn, SHOWN, pending)
-        if applied or current_seq is not None:
-            await self._durable()
+        await self._durable()
         return applied
 
     async def replace(self, snapshot: Snapshot, up_to_seq: int) -> None:
@@ -373,6 +385,7 @@ class LocalStore:
                 conn.execute(f"DELETE FROM {CONFIRMED.name(table)}")
                 self._insert_rows(conn, CONFIRMED.name(table), table, [r.model_dump() for r in rows])
             self._set_meta(conn, "last_seq", str(up_to_seq))
+            self._set_meta(conn, "synced_at", self._now())
             self._drop_logged(conn)
             self._rebuild_shown(conn)
         await self._durable()

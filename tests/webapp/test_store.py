@@ -144,3 +144,20 @@ async def test_migration_3_gives_old_outbox_entries_their_status(tmp_path: Path)
     statuses = store.conn.execute("SELECT event_id, status FROM pending_events ORDER BY event_id").fetchall()
     assert [tuple(r) for r in statuses] == [("a", "pending"), ("b", "sending"), ("c", "failed")]
     store.close()
+
+
+async def test_the_sync_state_is_the_cursor_and_when_the_server_last_brought_us_up_to_date(tmp_path: Path) -> None:
+    from shared.models import LoggedEvent, Snapshot
+
+    moments = iter(["2026-11-30T12:00:00.000Z", "2026-11-30T12:05:00.000Z"])
+    store = LocalStore(str(tmp_path / "local.db"), RecordingPersistence(), now=lambda: next(moments))
+    assert (store.last_seq(), store.synced_at()) == (0, None)
+    chat = Chat(id=new_id(), title="t", created_at=T)
+    await store.add_local(_event(EventType.CHAT_CREATED, chat))  # a local change is no sync
+    assert store.synced_at() is None
+    logged = LoggedEvent(seq=3, origin="d", event_id=new_id(), type=EventType.CHAT_CREATED, payload=chat, created_at=T)
+    await store.apply_remote([logged], 4)
+    assert (store.last_seq(), store.synced_at()) == (4, "2026-11-30T12:00:00.000Z")
+    await store.replace(Snapshot(chats=[], messages=[]), 9)
+    assert (store.last_seq(), store.synced_at()) == (9, "2026-11-30T12:05:00.000Z")
+    store.close()

@@ -63,6 +63,10 @@ class SyncMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coroutine)
 
     def teardown(self) -> None:
+        under_way = [task for device in self.devices for task in device.under_way.values()]
+        for task in under_way:
+            task.cancel()
+        self.run(asyncio.gather(*under_way, return_exceptions=True))
         for device in self.devices:
             device.store.close()
         self.run(self.context.__aexit__(None, None, None))
@@ -157,11 +161,12 @@ class SyncMachine(RuleBasedStateMachine):
         """Let the device's steps under way run on until they end or wait on a held call."""
 
         async def quiet() -> None:
-            for _ in range(10_000):
+            deadline = self.loop.time() + 30  # (the server's SQLite works in threads: real time)
+            while self.loop.time() < deadline:
                 waiting = sum(not c.gate.is_set() for c in device.transport.held)
                 if sum(not t.done() for t in device.under_way.values()) <= waiting:
                     return
-                await asyncio.sleep(0)
+                await asyncio.sleep(0.001)
             raise AssertionError("a step under way neither ends nor waits")
 
         self.run(quiet())
