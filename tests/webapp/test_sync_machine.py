@@ -66,7 +66,8 @@ class SyncMachine(RuleBasedStateMachine):
         under_way = [task for device in self.devices for task in device.under_way.values()]
         for task in under_way:
             task.cancel()
-        self.run(asyncio.gather(*under_way, return_exceptions=True))
+        if under_way:
+            self.run(asyncio.wait(under_way))
         for device in self.devices:
             device.store.close()
         self.run(self.context.__aexit__(None, None, None))
