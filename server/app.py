@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException
 
 from server import auth
 from server.assets import Assets, content_type
+from server.assistants import load_assistants
 from server.compactor import run_compactor
 from server.config import Settings
 from server.db import open_database
@@ -29,6 +30,7 @@ from server.limits import RateLimiter
 from server.live import Hub, SharedReads, follow
 from server.metrics import Metrics
 from server.openapi import DOCS_PAGE, MAX_INT, openapi
+from server.runs import RunWorker
 from server.store import (
     CursorExpired,
     InvalidPage,
@@ -39,6 +41,7 @@ from server.store import (
 from shared.models import (
     Credentials,
     DomainEvent,
+    EventType,
     Message,
     Session,
     StateResponse,
@@ -112,8 +115,21 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.extensions["store"] = store
     app.extensions["hub"] = hub
     app.extensions["metrics"] = metrics
-    # For the assistant runs: stream a reply's tokens to the account's live sockets.
+    assistants = load_assistants(
+        settings.assistants_file, settings.assistants, settings.upstream_timeout_seconds, settings.demo_seconds_per_word
+    )
+    # Stream a run's tokens to the account's live sockets, in every process.
     app.extensions["publish_delta"] = functools.partial(publish_delta, store.db, hub)
+    runs = RunWorker(
+        store,
+        assistants,
+        app.extensions["publish_delta"],
+        hub.notify,
+        clock,
+        lease_seconds=settings.run_lease_seconds,
+        poll_seconds=settings.run_poll_seconds,
+    )
+    app.extensions["runs"] = runs
 
     background: list[asyncio.Task[None]] = []
 
@@ -128,6 +144,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             await listener.start()
         if settings.compact_interval_seconds > 0:
             background.append(asyncio.ensure_future(run_compactor(store, settings, metrics)))
+        background.append(asyncio.ensure_future(runs.run_forever()))
 
     @app.after_serving
     async def _close() -> None:
@@ -317,6 +334,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         if any(r.status == "accepted" for r in results):
             hub.notify(session.account_id)
             metrics.events_appended += sum(r.status == "accepted" for r in results)
+            if any(isinstance(e, DomainEvent) and e.type is EventType.ASSISTANT_RUN_REQUESTED for e in batch):
+                runs.wake()
         return json_response(SubmitResponse.model_construct(results=results, current_seq=current).wire())
 
     @app.get("/sync/updates")
@@ -408,6 +427,12 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             )
         )
         return response
+
+    @app.get("/assistants")
+    async def list_assistants() -> Response:
+        """The server-side assistants a client can request runs of."""
+        await require_session()
+        return json_response([a.public() for a in assistants.values()])
 
     @app.get("/healthz")
     async def healthz() -> Response:

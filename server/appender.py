@@ -35,7 +35,7 @@ from shared.models import (
     RunRequest,
     format_time,
 )
-from shared.reducer import DeleteChildren, Mutation, Patch, Upsert, apply
+from shared.reducer import CANCELLABLE, DeleteChildren, Mutation, Patch, Upsert, apply
 from shared.schema import TABLES, Dialect, Sql, Table
 
 EVENT_COLUMNS = (
@@ -86,6 +86,7 @@ class _AccountState:
     def __init__(self) -> None:
         self.chats: set[str] = set()
         self.messages: dict[str, str | None] = {}
+        self.statuses: dict[str, str] = {}
         self.logged: dict[str, int] = {}  # eventId -> seq, for duplicates
 
     def chat_exists(self, chat_id: str) -> bool:
@@ -95,6 +96,9 @@ class _AccountState:
         chat = self.messages.get(message_id)
         return chat if chat in self.chats else None  # a deleted chat took its messages
 
+    def message_status(self, message_id: str) -> str | None:
+        return self.statuses.get(message_id) if self.message_chat(message_id) else None
+
     def apply(self, event: DomainEvent) -> None:
         payload = event.payload
         if isinstance(payload, Chat):
@@ -103,10 +107,14 @@ class _AccountState:
             self.chats.discard(payload.id)
         elif isinstance(payload, Message):
             self.messages[payload.id] = payload.chat_id
+            self.statuses[payload.id] = payload.status
         elif isinstance(payload, MessageRef):
             self.messages[payload.id] = None
         elif isinstance(payload, RunRequest):
             self.messages[payload.message_id] = payload.chat_id
+            self.statuses[payload.message_id] = "queued"
+        elif isinstance(payload, RunCancel) and self.statuses.get(payload.message_id) in CANCELLABLE:
+            self.statuses[payload.message_id] = "cancelled"
 
 
 def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[str]]:
@@ -226,6 +234,7 @@ class Appender:
             now = format_time(self._clock())
             log_rows: list[tuple[Any, ...]] = []
             mutations: list[tuple[str, Mutation]] = []
+            runs: list[tuple[Any, ...]] = []
             outcomes = []
             for request in group:
                 account, state = request.account_id, states[request.account_id]
@@ -260,12 +269,21 @@ class Appender:
                          now, request.origin, where.entity, where.chat, where.kind)
                     )
                     mutations += [(account, m) for m in apply(logged)]
+                    if isinstance(event.payload, RunRequest):
+                        p = event.payload
+                        runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
                     state.apply(event)
                     state.logged[event.event_id] = seq
                     results.append(EventResult.model_construct(event_id=event.event_id, status="accepted", seq=seq))
                 outcomes.append((results, heads[account]))
             if log_rows:
                 await self._write(tx, log_rows, mutations, {a: h for a, h in heads.items() if h != start[a]})
+            if runs:  # each accepted AssistantRunRequested: a durable run, queued
+                await tx.executemany(
+                    "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, id) DO NOTHING",
+                    runs,
+                )
         return outcomes
 
     @staticmethod
@@ -286,13 +304,13 @@ class Appender:
         # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
         in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
         rows = await tx.fetchall(
-            f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT) FROM event_ids WHERE {in_events}
+            f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
             UNION ALL
-            SELECT 'm', account_id, id, chat_id FROM messages WHERE {in_messages}
+            SELECT 'm', account_id, id, chat_id, status FROM messages WHERE {in_messages}
             UNION ALL
-            SELECT 'c', account_id, id, NULL FROM chats WHERE {in_chats}
+            SELECT 'c', account_id, id, NULL, NULL FROM chats WHERE {in_chats}
             UNION ALL
-            SELECT 'c', chats.account_id, chats.id, NULL FROM messages
+            SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
                 JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
                 WHERE {in_messages_of_chats}""",
             *event_params,
@@ -300,12 +318,13 @@ class Appender:
             *chat_params,
             *message_params,
         )
-        for kind, account, key, value in rows:
+        for kind, account, key, value, status in rows:
             state = states[str(account)]
             if kind == "e":
                 state.logged[str(key)] = int(value)
             elif kind == "m":
                 state.messages[str(key)] = str(value)
+                state.statuses[str(key)] = str(status)
             else:
                 state.chats.add(str(key))
         return states

@@ -27,6 +27,12 @@ class Settings:
     retention_seconds: float = 30 * 86400.0
     compaction_grace_seconds: float = 60.0
     static_dir: Path = ROOT / "static"
+    assistants_file: str = ""  # a JSON list of assistants (server/assistants.py); none: the demo
+    assistants: str = ""  # the same JSON as text, e.g. in CHAT_ASSISTANTS
+    upstream_timeout_seconds: float = 60.0
+    run_lease_seconds: float = 30.0
+    run_poll_seconds: float = 1.0
+    demo_seconds_per_word: float = 0.05
 
     def __post_init__(self) -> None:
         if self.signup not in ("open", "closed"):

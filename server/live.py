@@ -135,6 +135,8 @@ async def follow(
 
     # One timer per socket per ping interval, not one per wake-up: it wakes the socket for a ping
     # when nothing was sent for ping_seconds, and arms itself again.
+    timer: asyncio.TimerHandle
+
     def tick() -> None:
         nonlocal timer
         idle = loop.time() - sent_at

@@ -53,4 +53,23 @@ def _initial(dialect: Dialect) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Migration] = [Migration("0001_initial", _initial)]
+def _runs(dialect: Dialect) -> list[str]:
+    big = "BIGINT" if dialect == "postgres" else "INTEGER"
+    return [
+        # Assistant runs (server/runs.py): one per accepted AssistantRunRequested, written in the
+        # same transaction. A worker claims a queued run with a lease; the usage is what the
+        # upstream reported (or, stopped early, what was counted).
+        f"""CREATE TABLE runs (
+            account_id TEXT NOT NULL, id TEXT NOT NULL, chat_id TEXT NOT NULL,
+            message_id TEXT NOT NULL, assistant_id TEXT NOT NULL,
+            requested_seq {big} NOT NULL, requested_at TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'queued', lease_owner TEXT, lease_until TEXT,
+            prompt_tokens {big}, completion_tokens {big}, usage_reported INTEGER NOT NULL DEFAULT 0,
+            upstream_calls INTEGER NOT NULL DEFAULT 0, error TEXT, finished_at TEXT,
+            PRIMARY KEY (account_id, id))""",
+        "CREATE INDEX runs_by_status ON runs (status, requested_at)",
+        "CREATE INDEX runs_by_chat ON runs (account_id, chat_id, status)",
+    ]
+
+
+MIGRATIONS: list[Migration] = [Migration("0001_initial", _initial), Migration("0002_runs", _runs)]

@@ -63,6 +63,18 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
+ASSISTANT = {
+    "type": "object",
+    "required": ["id", "name", "kind", "model"],
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "kind": {"type": "string", "enum": ["remote"]},
+        "model": {"type": "string"},
+    },
+}
+
+
 def openapi() -> dict[str, Any]:
     models: list[tuple[type[BaseModel], Any]] = [
         (Credentials, "validation"),
@@ -139,6 +151,13 @@ def openapi() -> dict[str, Any]:
                         _query("page", {"type": "string"}, "the nextPage of the previous page"),
                     ],
                     "responses": _responses(200, _ref("StateResponse"), [400, 401, 403, 410, 429]),
+                }
+            },
+            "/assistants": {
+                "get": {
+                    "summary": "The server-side assistants",
+                    "security": sync_security,
+                    "responses": _responses(200, {"type": "array", "items": ASSISTANT}, [401, 403, 429]),
                 }
             },
             "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "OK"}}}},

@@ -152,6 +152,14 @@ class StateReader(Protocol):
     def message_chat(self, message_id: str) -> str | None:
         """The chat of an existing message, or None when there is no such message."""
 
+    def message_status(self, message_id: str) -> str | None:
+        """The status of an existing message."""
+
+
+# An assistant reply whose run has ended keeps its status for good: a run's late checkpoint or
+# final message cannot undo a Stop (a client may still edit the text).
+ENDED = ("completed", "failed_upstream", "cancelled")
+
 
 def validation_error(event: DomainEvent, state: StateReader) -> str | None:
     """Why ``event`` cannot be applied to the current state, or None when it can."""
@@ -179,4 +187,8 @@ def validation_error(event: DomainEvent, state: StateReader) -> str | None:
         return "unknown message"
     if chat_of_message is not None and chat_of_message != payload.chat_id:
         return "a message cannot move to another chat"
+    if isinstance(payload, Message) and chat_of_message is not None:
+        status = state.message_status(payload.id)
+        if status in ENDED and payload.status != status:
+            return f"the run of this message has ended ({status})"
     return None

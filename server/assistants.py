@@ -1,0 +1,133 @@
+"""The server's assistants: which exist (configured in one JSON file or env var), and the models
+behind them: the built-in offline demo, or any OpenAI-compatible chat-completions service with
+streaming (OpenRouter, vLLM, Ollama, llama.cpp, ...).
+
+Configuration, a JSON list (``--assistants-file`` / ``CHAT_ASSISTANTS_FILE``, or the text itself in
+``CHAT_ASSISTANTS``); the key is never in the file, only the name of the variable holding it:
+
+    [{"id": "llama", "name": "Llama 3 (Ollama)", "provider": "openai",
+      "baseUrl": "http://127.0.0.1:11434/v1", "model": "llama3", "apiKeyEnv": "OLLAMA_KEY"}]
+
+Without configuration there is one assistant, ``demo`` (provider ``demo``), so the app works
+offline with nothing set up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from shared.assistants import DemoModel, Model, Piece, Turn, UpstreamError, Usage
+
+
+class AssistantConfig(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200)
+    provider: Literal["demo", "openai"]
+    base_url: str | None = None
+    model: str = "demo"
+    api_key_env: str | None = None
+
+
+DEFAULT = [AssistantConfig(id="demo", name="Demo assistant (offline)", provider="demo", model="demo")]
+
+
+@dataclass(frozen=True)
+class Assistant:
+    config: AssistantConfig
+    model: Model
+
+    def public(self) -> dict[str, str]:
+        """As ``GET /assistants`` lists it (PROTOCOL.md)."""
+        return {"id": self.config.id, "name": self.config.name, "kind": "remote", "model": self.config.model}
+
+
+def load_assistants(
+    file: str, inline: str, upstream_timeout: float, demo_seconds_per_word: float
+) -> dict[str, Assistant]:
+    """The configured assistants by id; raises SystemExit with a sentence when the configuration
+    is wrong (at start-up, not at the first run)."""
+    source = Path(file).read_text() if file else inline
+    try:
+        configs = [AssistantConfig.model_validate(item) for item in json.loads(source)] if source else DEFAULT
+    except (ValueError, ValidationError, TypeError) as e:
+        raise SystemExit(f"the assistants configuration is not valid: {e}") from None
+    assistants: dict[str, Assistant] = {}
+    for config in configs:
+        if config.id in assistants:
+            raise SystemExit(f"the assistants configuration names {config.id!r} twice")
+        model: Model
+        if config.provider == "demo":
+            model = DemoModel(seconds_per_word=demo_seconds_per_word)
+        else:
+            if not config.base_url:
+                raise SystemExit(f"assistant {config.id!r}: an openai provider needs a baseUrl")
+            key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+            model = OpenAIModel(config.base_url, config.model, key, upstream_timeout)
+        assistants[config.id] = Assistant(config, model)
+    return assistants
+
+
+class OpenAIModel:
+    """POST {base_url}/chat/completions with ``stream: true``, read as server-sent events. The usage
+    is asked for in the stream (``stream_options.include_usage``). A read that waits longer than
+    ``timeout`` seconds (a stalled stream) fails the call."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, timeout: float) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = timeout
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        body = {
+            "model": self.model,
+            "messages": [{"role": t.role, "content": t.content} for t in turns],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))) as client:
+                async with client.stream("POST", self.url, json=body, headers=self.headers) as response:
+                    if response.status_code >= 400:
+                        raise UpstreamError(f"the model's service answered HTTP {response.status_code}")
+                    finished = False
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            finished = True
+                            break
+                        for piece in _pieces(json.loads(data)):
+                            yield piece
+                    if not finished:
+                        raise UpstreamError("the model's stream broke off before the end")
+        except httpx.TimeoutException:
+            raise UpstreamError(f"the model's service sent nothing for {self.timeout:g} s") from None
+        except httpx.HTTPError as e:
+            raise UpstreamError(f"the model's service could not be reached ({type(e).__name__})") from None
+        except (ValueError, TypeError, AttributeError):
+            raise UpstreamError("the model's service sent a stream that is not chat completions") from None
+
+
+def _pieces(chunk: Any) -> list[Piece]:
+    pieces = []
+    for choice in chunk.get("choices") or []:
+        text = (choice.get("delta") or {}).get("content")
+        if text:
+            pieces.append(Piece(text=str(text)))
+    usage = chunk.get("usage")
+    if usage:
+        pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))
+    return pieces

@@ -1,0 +1,123 @@
+"""Assistants are event generators (ARCHITECTURE.md): ``Assistant.run(input)`` yields the
+DomainEvents of an answer (checkpoints of the growing reply, tool calls, the final message), and
+whoever runs it applies them the way it applies any event. A language model behind an assistant
+is a ``Model``: the conversation in, pieces of text out, and at the end what the call cost.
+
+Pure Python, no I/O of its own: the server and the browser give the models their transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from shared.models import DomainEvent, Message
+
+TurnRole = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: TurnRole
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of the streamed answer, or (last) what the upstream reported it cost."""
+
+    text: str = ""
+    usage: Usage | None = None
+
+
+class Model(Protocol):
+    def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        """The answer to ``turns`` as it is generated. Raises UpstreamError when it fails."""
+        ...
+
+
+class UpstreamError(Exception):
+    """The model's service failed or stalled; the message says how, for a person."""
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """What an assistant answers: the reply message to write (already there, ``queued``) and the
+    conversation along its branch."""
+
+    reply: Message
+    history: list[Message]
+
+
+class Assistant(Protocol):
+    id: str
+    name: str
+
+    def run(self, run: RunInput) -> AsyncIterator[DomainEvent]: ...
+
+
+def history_along(messages: list[Message], parent_id: str | None) -> list[Message]:
+    """The messages from the chat's start to ``parent_id``, following parent links (a chat is a
+    tree: siblings of one parent are branches); oldest first."""
+    by_id = {m.id: m for m in messages}
+    chain: list[Message] = []
+    seen: set[str] = set()
+    current = by_id.get(parent_id) if parent_id else None
+    while current is not None and current.id not in seen:
+        seen.add(current.id)
+        chain.append(current)
+        current = by_id.get(current.parent_id) if current.parent_id else None
+    return chain[::-1]
+
+
+def turns_of(history: list[Message]) -> list[Turn]:
+    """What a chat-completions model is sent: user and assistant messages with text; tool traffic
+    goes as assistant notes, errors are left out."""
+    turns: list[Turn] = []
+    for message in history:
+        if message.role == "user":
+            turns.append(Turn("user", message.content))
+        elif message.role == "assistant" and message.content:
+            turns.append(Turn("assistant", message.content))
+        elif message.role in ("tool_call", "tool_result"):
+            turns.append(Turn("assistant", f"[{message.role}] {message.content}"))
+    return turns
+
+
+@dataclass
+class DemoModel:
+    """The built-in offline model: no network, no key. It answers readably, a word at a time at
+    about a person's reading pace, and reports a token count like a real service."""
+
+    seconds_per_word: float = 0.05
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        question = next((t.content for t in reversed(turns) if t.role == "user"), "")
+        answer = demo_answer(question, sum(t.role == "user" for t in turns))
+        words = answer.split(" ")
+        for i, word in enumerate(words):
+            await self.sleep(self.seconds_per_word)
+            yield Piece(text=word if i == 0 else " " + word)
+        prompt = sum(len(t.content.split()) for t in turns)
+        yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words)))
+
+
+def demo_answer(question: str, turn: int) -> str:
+    topic = " ".join(question.split()[:12]) or "nothing yet"
+    return (
+        f"This is the built-in demo assistant, answering message {turn} of this chat. You wrote: "
+        f"\u201c{topic}\u201d. I run on the server with no network and no model behind me, so I "
+        "cannot really think about it, but the way this answer reaches you is real: it streams word "
+        "by word, it is saved as it grows, and if you close the tab or lose the connection now, the "
+        "server keeps writing it and you will find it complete when you come back. Configure an "
+        "OpenAI-compatible assistant (README: Assistants) for real answers."
+    )

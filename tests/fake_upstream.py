@@ -1,0 +1,102 @@
+"""A fake OpenAI-compatible chat-completions service for the tests: server-sent events over plain
+HTTP/1.1 on a real port, so the server under test (in-process or a process of its own) calls it
+exactly as it would call a real one.
+
+``mode``: ``ok`` (the answer, then the usage, then ``[DONE]``), ``502``, ``stall`` (a few words,
+then nothing), ``broken`` (half the answer, then the connection closes). ``delay`` paces the words.
+``calls`` counts the requests; ``requests`` keeps their bodies; ``disconnects`` counts the streams
+the client closed before the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.processes import free_port
+
+
+def answer_words(count: int = 30) -> list[str]:
+    return [f"word{i}" for i in range(count)]
+
+
+def full_answer(count: int = 30) -> str:
+    return " ".join(answer_words(count))
+
+
+@dataclass
+class FakeUpstream:
+    mode: str = "ok"
+    delay: float = 0.01
+    words: int = 30
+    calls: int = 0
+    disconnects: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def config(self, assistant_id: str = "fake") -> str:
+        """The CHAT_ASSISTANTS text naming this upstream."""
+        return json.dumps(
+            [{"id": assistant_id, "name": "Fake", "provider": "openai", "baseUrl": self.base_url, "model": "fake-1"}]
+        )
+
+    async def start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    def start_in_thread(self) -> None:
+        """For tests whose own loop does not run while they wait (a server in a subprocess)."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.start())
+            ready.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+                0,
+            )
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            self.calls += 1
+            self.requests.append(body)
+            if self.mode == "502":
+                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            words = answer_words(self.words)
+            for i, word in enumerate(words):
+                if self.mode == "stall" and i == 3:
+                    await asyncio.sleep(3600)
+                if self.mode == "broken" and i == len(words) // 2:
+                    return
+                text = word if i == 0 else " " + word
+                await self._event(writer, {"choices": [{"index": 0, "delta": {"content": text}}]})
+                await asyncio.sleep(self.delay)
+            await self._event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words)}})
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.disconnects += 1
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _event(writer: asyncio.StreamWriter, data: dict[str, Any]) -> None:
+        writer.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+        await writer.drain()

@@ -1,0 +1,217 @@
+"""Remote assistant runs (server/runs.py) against a fake OpenAI-compatible upstream, in-process
+on both backends: streamed to the end with nobody listening, paid once per request, failures and
+retries, Stop, one answer at a time per chat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from quart import Quart
+from quart.typing import TestClientProtocol as Client
+
+from server.app import create_app
+from server.config import Settings
+from tests.fake_upstream import FakeUpstream, full_answer
+from tests.server.conftest import bearer, signup
+from tests.server.events import chat_created, event, message, new_id
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    fake = FakeUpstream()
+    server = await fake.start()
+    yield fake
+    server.close()
+
+
+@pytest.fixture
+async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]:
+    settings = Settings(
+        database_url=database_url,
+        ping_seconds=0.5,
+        assistants=upstream.config(),
+        run_poll_seconds=0.1,
+        upstream_timeout_seconds=1.0,
+    )
+    app = create_app(settings)
+    async with app.test_app():
+        yield app
+
+
+async def post(client: Client, session: dict[str, Any], *events: dict[str, Any]) -> list[dict[str, Any]]:
+    response = await client.post("/sync/events", json={"events": list(events)}, headers=bearer(session))
+    assert response.status_code == 200, await response.get_data()
+    results: list[dict[str, Any]] = (await response.get_json())["results"]
+    return results
+
+
+async def a_chat_with_a_question(client: Client, session: dict[str, Any]) -> tuple[str, str]:
+    chat, question = new_id(), new_id()
+    await post(client, session, chat_created(chat), message("MessageAppended", question, chat, "What is up?"))
+    return chat, question
+
+
+def run_request(chat: str, parent: str, assistant: str = "fake") -> dict[str, Any]:
+    payload = {"runId": new_id(), "chatId": chat, "parentId": parent, "messageId": new_id(), "assistantId": assistant}
+    return event("AssistantRunRequested", payload)
+
+
+async def reply(client: Client, session: dict[str, Any], chat: str, message_id: str) -> dict[str, Any] | None:
+    response = await client.get(f"/sync/state?chatId={chat}", headers=bearer(session))
+    messages = (await response.get_json())["snapshot"]["messages"]
+    return next((m for m in messages if m["id"] == message_id), None)
+
+
+async def until_status(client: Client, session: dict[str, Any], chat: str, message_id: str, *statuses: str) -> dict[str, Any]:
+    for _ in range(400):
+        found = await reply(client, session, chat, message_id)
+        if found is not None and found["status"] in statuses:
+            return found
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"the reply never became {statuses}: {found}")
+
+
+async def run_row(app: Quart, run_id: str) -> dict[str, Any]:
+    db = app.extensions["store"].db
+    row = await db.read_one(
+        "SELECT status, error, prompt_tokens, completion_tokens, usage_reported, upstream_calls FROM runs WHERE id = ?",
+        run_id,
+    )
+    assert row is not None
+    return dict(zip(["status", "error", "prompt", "completion", "reported", "calls"], row))
+
+
+async def test_the_assistants_are_listed(client: Client) -> None:
+    session = await signup(client)
+    response = await client.get("/assistants", headers=bearer(session))
+    assert await response.get_json() == [{"id": "fake", "name": "Fake", "kind": "remote", "model": "fake-1"}]
+    assert (await client.get("/assistants")).status_code == 401
+
+
+async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
+    app: Quart, client: Client, upstream: FakeUpstream
+) -> None:
+    upstream.delay = 0.05  # 30 words: about 1.5 s, so checkpoints are written along the way
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question)
+    reply_id = request["payload"]["messageId"]
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        await post(client, session, request)
+        deltas: list[dict[str, Any]] = []
+        while len(deltas) < 5:
+            frame = json.loads(await asyncio.wait_for(ws.receive(), 5))
+            if frame["type"] == "delta":
+                deltas.append(frame)
+    # The only client went away mid-stream; the server reads on to the end.
+    assert all(d["messageId"] == reply_id and d["runId"] == request["payload"]["runId"] for d in deltas)
+    text = "".join(d["text"] for d in deltas)
+    assert [d["offset"] for d in deltas] == [len("".join(x["text"] for x in deltas[:i])) for i in range(5)]
+    assert full_answer().startswith(text)
+
+    done = await until_status(client, session, chat, reply_id, "completed")
+    assert done["content"] == full_answer()
+    assert done["role"] == "assistant" and done["parentId"] == question and done["assistantId"] == "fake"
+    updates = await (await client.get("/sync/updates?afterSeq=0", headers=bearer(session))).get_json()
+    edits = [e["payload"] for e in updates["events"] if e["type"] == "MessageEdited"]
+    assert edits[0]["status"] == "streaming" and edits[-1] == {**edits[-1], "status": "completed"}
+    assert any(e["status"] == "streaming" and e["content"] for e in edits)  # a checkpoint, part-way
+    assert len(edits) < 10  # checkpoints, not one event per token
+    assert all(e["origin"] == "server" for e in updates["events"] if e["type"] == "MessageEdited")
+    # The model saw the conversation, and was asked for its usage, which the run recorded.
+    [sent] = upstream.requests
+    assert sent["messages"] == [{"role": "user", "content": "What is up?"}] and sent["stream_options"]["include_usage"]
+    assert await run_row(app, request["payload"]["runId"]) == {
+        "status": "completed", "error": None, "prompt": 7, "completion": 30, "reported": 1, "calls": 1,
+    }
+
+
+async def test_a_resubmitted_request_calls_the_upstream_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question)
+    [first] = await post(client, session, request)
+    [again] = await post(client, session, request)
+    assert again == {**first, "status": "duplicate"}
+    await until_status(client, session, chat, request["payload"]["messageId"], "completed")
+    [late] = await post(client, session, request)
+    assert late["status"] == "duplicate"
+    await asyncio.sleep(0.3)  # (a second run would have started by now)
+    assert upstream.calls == 1
+
+
+@pytest.mark.parametrize("mode", ["502", "stall", "broken"])
+async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
+    app: Quart, client: Client, upstream: FakeUpstream, mode: str
+) -> None:
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    upstream.mode = mode
+    request = run_request(chat, question)
+    await post(client, session, request)
+    failed = await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
+    row = await run_row(app, request["payload"]["runId"])
+    assert row["status"] == "failed_upstream" and row["reported"] == 0
+    assert {"502": "HTTP 502", "stall": "sent nothing for 1 s", "broken": "broke off"}[mode] in row["error"]
+    if mode != "502":  # what had arrived is kept, and counted
+        assert failed["content"] and full_answer().startswith(failed["content"])
+        assert row["completion"] == len(failed["content"].split())
+
+    upstream.mode = "ok"  # Retry: a new request
+    retry = run_request(chat, question)
+    await post(client, session, retry)
+    done = await until_status(client, session, chat, retry["payload"]["messageId"], "completed")
+    assert done["content"] == full_answer()
+    assert upstream.calls == 2
+
+
+async def test_stop_ends_the_run_with_what_it_had(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    upstream.delay, upstream.words = 0.05, 200
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question)
+    run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
+    await post(client, session, request)
+    await until_status(client, session, chat, reply_id, "streaming")
+    await asyncio.sleep(1.3)  # past a checkpoint
+    [stopped] = await post(client, session, event("AssistantRunCancelled", {"runId": run_id, "messageId": reply_id}))
+    assert stopped["status"] == "accepted"
+    for _ in range(100):
+        if (await run_row(app, run_id))["status"] == "cancelled":
+            break
+        await asyncio.sleep(0.05)
+    row = await run_row(app, run_id)
+    assert row["status"] == "cancelled" and row["reported"] == 0 and 0 < row["completion"] < 200
+    final = await reply(client, session, chat, reply_id)
+    assert final is not None and final["status"] == "cancelled"
+    assert final["content"] and len(final["content"].split()) == row["completion"]  # all it had, kept
+    await asyncio.sleep(0.3)
+    assert (await reply(client, session, chat, reply_id)) == final  # and nothing after
+
+
+async def test_requests_in_one_chat_are_answered_one_at_a_time(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    upstream.delay = 0.02
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    first, second = run_request(chat, question), run_request(chat, question)
+    await post(client, session, first, second)  # sent without waiting for the first answer
+    await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
+    waiting = await reply(client, session, chat, second["payload"]["messageId"])
+    assert waiting is not None and waiting["status"] == "queued"
+    await until_status(client, session, chat, second["payload"]["messageId"], "completed")
+    done = await reply(client, session, chat, first["payload"]["messageId"])
+    assert done is not None and done["status"] == "completed"
+
+
+async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question, assistant="nobody")
+    await post(client, session, request)
+    await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
+    row = await run_row(app, request["payload"]["runId"])
+    assert "no assistant 'nobody'" in row["error"] and upstream.calls == 0

@@ -1,0 +1,58 @@
+"""A server process killed with SIGKILL while it streams an answer: the restarted process (on the
+same database) ends the run, keeping what was written, and never leaves it ``streaming``; nor
+does it call the model again."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.fake_upstream import FakeUpstream
+from tests.processes import Server
+from tests.server.events import chat_created, event, message, new_id
+
+
+async def test_a_run_cut_by_kill_9_is_ended_by_the_restarted_server(database_url: str, tmp_path: Path) -> None:
+    upstream = FakeUpstream(delay=0.1, words=300)
+    await upstream.start()  # this test's loop runs while it waits (asyncio.to_thread, sleeps)
+    settings = {"assistants": upstream.config(), "run_lease_seconds": "2", "run_poll_seconds": "0.2"}
+    first = Server(database_url, tmp_path / "first.log", **settings)
+    await asyncio.to_thread(first.start)
+    chat, question, reply_id = new_id(), new_id(), new_id()
+    request = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
+    try:
+        async with httpx.AsyncClient(base_url=first.url) as http:
+            token = (await http.post("/auth/signup", json={"username": "kill", "password": "long enough"})).json()["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            events = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+            assert (await http.post("/sync/events", json={"events": events}, headers=headers)).status_code == 200
+            written = await until(http, headers, chat, reply_id, lambda m: m["status"] == "streaming" and m["content"])
+        assert first.process is not None
+        first.process.kill()  # SIGKILL: no shutdown of any kind
+        first.process.wait()
+    finally:
+        first.stop()
+
+    second = Server(database_url, tmp_path / "second.log", **settings)
+    await asyncio.to_thread(second.start)
+    try:
+        async with httpx.AsyncClient(base_url=second.url) as http:
+            ended = await until(http, headers, chat, reply_id, lambda m: m["status"] != "streaming")
+        assert ended["status"] == "failed_upstream"  # Retry is offered; the model is not paid twice
+        assert ended["content"].startswith(written["content"])
+        assert upstream.calls == 1
+    finally:
+        second.stop()
+
+
+async def until(http: httpx.AsyncClient, headers: dict[str, str], chat: str, reply_id: str, predicate: Any) -> Any:
+    for _ in range(300):
+        state = (await http.get(f"/sync/state?chatId={chat}", headers=headers)).json()
+        found = next((m for m in state["snapshot"]["messages"] if m["id"] == reply_id), None)
+        if found is not None and predicate(found):
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never: {found}")
