@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.models import Chat, DomainEvent, EventType, Message, MessageRef, Session
+from shared.models import (
+    Chat,
+    DeltaFrame,
+    DomainEvent,
+    EventType,
+    Message,
+    MessageRef,
+    RunCancel,
+    RunRequest,
+    Session,
+)
 from webapp import ui
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
-from webapp.transport import Transport
+from webapp.transport import (
+    AssistantInfo,
+    NetworkError,
+    ServerError,
+    Transport,
+    Unauthorized,
+)
+
+# Until the server has told us its assistants (a first start offline): the one every server has.
+DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
+NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +79,53 @@ class Client:
         self.s = services
         self.store = services.store
         self.view = services.view
-        self.engine = SyncEngine(self.store, services.transport, self.redraw, self._status)
+        self.engine = SyncEngine(
+            self.store,
+            services.transport,
+            self.redraw,
+            self._status,
+            on_delta=self._on_delta,
+            on_online=self._refresh_assistants,
+        )
         self.selected: str | None = None
         self.editing: str | None = None  # the message the composer is editing, if any
+        self.streaming: dict[str, str] = {}  # a streaming reply's text so far, from delta frames
         self._sync_task: asyncio.Task[None] | None = None
+
+    # --- assistants ----------------------------------------------------------------------------
+
+    def assistants(self) -> list[AssistantInfo]:
+        known = self.store.setting("assistants")
+        return [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+
+    def chosen_assistant(self) -> str:
+        chosen = self.store.setting("assistant")
+        return chosen if chosen is not None else self.assistants()[0].id
+
+    async def _refresh_assistants(self) -> None:
+        """Online again: ask the server which assistants it has (kept for offline starts)."""
+        try:
+            found = await self.s.transport.assistants()
+        except (NetworkError, ServerError, Unauthorized):
+            return
+        listed = json.dumps([a.__dict__ for a in found])
+        if listed != self.store.setting("assistants"):
+            await self.store.set_setting("assistants", listed)
+            self.redraw(chat_changed=True)
+
+    def _on_delta(self, frame: DeltaFrame) -> None:
+        """Streamed tokens of a reply: shown at once, never stored (the log brings checkpoints
+        and the final text). A piece that does not follow what we have is left for the next
+        checkpoint to fill in."""
+        reply = self.store.message(frame.message_id)
+        if reply is None or reply.status not in ("queued", "streaming"):
+            return
+        have = max(self.streaming.get(reply.id, ""), reply.content, key=len)
+        if frame.offset > len(have) or frame.offset + len(frame.text) <= len(have):
+            return  # a gap, or nothing new
+        self.streaming[reply.id] = have[: frame.offset] + frame.text
+        if reply.chat_id == self.selected:
+            self.view.set_html("messages", ui.messages(self.store.messages(reply.chat_id), self.streaming))
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -106,9 +170,17 @@ class Client:
             if editing is None or chat is None or editing.chat_id != chat.id:
                 self.editing, editing = None, None
             text = editing.content if editing else (self.store.draft(chat.id) if chat else "")
-            self.view.set_html("chat", ui.chat_pane(chat, text, editing=editing is not None))
+            self.view.set_html(
+                "chat",
+                ui.chat_pane(chat, text, editing=editing is not None, assistants=self.assistants(), chosen=self.chosen_assistant()),
+            )
         if self.selected is not None:
-            self.view.set_html("messages", ui.messages(self.store.messages(self.selected)))
+            rows = self.store.messages(self.selected)
+            for row in rows:  # the log caught up with (or ended) a stream: its own text wins
+                live = self.streaming.get(row.id)
+                if live is not None and (row.status != "streaming" or len(row.content) >= len(live)):
+                    del self.streaming[row.id]
+            self.view.set_html("messages", ui.messages(rows, self.streaming))
 
     # --- actions -------------------------------------------------------------------------------
 
@@ -172,7 +244,33 @@ class Client:
             self.view.restore_text("textarea[name=text]", text)  # not saved: the text goes back
             raise
         await self.store.save_draft(message.chat_id, "")
+        assistant = str(data.get("assistant", self.chosen_assistant()))
+        if assistant != self.store.setting("assistant"):
+            await self.store.set_setting("assistant", assistant)
+        if assistant != NO_ASSISTANT:
+            await self._request_run(message.chat_id, message.id, assistant)
         self.redraw()
+
+    async def _request_run(self, chat_id: str, parent_id: str | None, assistant_id: str) -> None:
+        """Ask an assistant to answer ``parent_id``: a queued reply at once; offline, the request
+        waits in the outbox like any change."""
+        request = RunRequest(
+            run_id=self.s.new_id(), chat_id=chat_id, parent_id=parent_id, message_id=self.s.new_id(), assistant_id=assistant_id
+        )
+        await self._submit(EventType.ASSISTANT_RUN_REQUESTED, request)
+
+    async def _on_stop_run(self, data: dict[str, Any]) -> None:
+        reply = self.store.message(str(data["id"]))
+        if reply is not None and reply.run_id is not None and reply.status in ("queued", "streaming"):
+            await self._submit(EventType.ASSISTANT_RUN_CANCELLED, RunCancel(run_id=reply.run_id, message_id=reply.id))
+            self.redraw()
+
+    async def _on_retry_run(self, data: dict[str, Any]) -> None:
+        """Ask again (a new request, a new reply beside the failed one): never a resend of the old."""
+        reply = self.store.message(str(data["id"]))
+        if reply is not None and reply.assistant_id:
+            await self._request_run(reply.chat_id, reply.parent_id, reply.assistant_id)
+            self.redraw()
 
     async def _on_edit_message(self, data: dict[str, Any]) -> None:
         self.editing = str(data["id"])
@@ -204,7 +302,7 @@ class Client:
         if chat_id:
             await self.store.save_draft(chat_id, str(data.get("text", "")))
 
-    async def _submit(self, kind: EventType, payload: Chat | Message | MessageRef) -> None:
+    async def _submit(self, kind: EventType, payload: Chat | Message | MessageRef | RunRequest | RunCancel) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
         event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
         await self.store.add_local(event)

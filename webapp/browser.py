@@ -32,6 +32,7 @@ from webapp.chunks import ChunkPersistence, Writes
 from webapp.store import LocalStore
 from webapp.transport import (
     AnyFrame,
+    AssistantInfo,
     CursorExpiredError,
     NetworkError,
     ServerError,
@@ -95,6 +96,9 @@ class BrowserLiveSocket:
 
 
 class BrowserTransport:
+    async def assistants(self) -> list[AssistantInfo]:
+        return [AssistantInfo(**a) for a in await _request("GET", "/assistants")]
+
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")
         return UpdatesResponse.model_validate(data)

@@ -253,6 +253,15 @@ class LocalStore:
     def last_seq(self) -> int:
         return int(self._meta("last_seq") or 0)
 
+    def setting(self, key: str) -> str | None:
+        """A value the app keeps on this device (the assistants it last heard of, the one chosen)."""
+        return self._meta("setting:" + key)
+
+    async def set_setting(self, key: str, value: str) -> None:
+        with self._transaction() as conn:
+            self._set_meta(conn, "setting:" + key, value)
+        await self._durable()
+
     def synced_at(self) -> str | None:
         """When the server last told us what is new (a page of updates, a live frame, a
         snapshot): the local copy was up to date then."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
-from shared.models import CaughtUpFrame, EventFrame, Snapshot
+from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, Snapshot
 from webapp.store import LocalStore
 from webapp.transport import (
     CursorExpiredError,
@@ -45,11 +45,15 @@ class SyncEngine:
         on_status: Callable[[Status], None],
         min_backoff: float = 0.25,
         max_backoff: float = 10.0,
+        on_delta: Callable[[DeltaFrame], None] = lambda frame: None,
+        on_online: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
         self._on_change = on_change
         self._on_status = on_status
+        self._on_delta = on_delta
+        self._on_online = on_online
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._kick = asyncio.Event()  # something to push
@@ -87,6 +91,8 @@ class SyncEngine:
                 await self.push()
                 self._set_status(Status.ONLINE)
                 backoff = self._min_backoff
+                if self._on_online is not None:
+                    await self._on_online()
                 await self._follow_live()
             except Unauthorized:
                 self._set_status(Status.SIGNED_OUT)
@@ -178,6 +184,8 @@ class SyncEngine:
                         continue
                     if await self.store.apply_remote([frame.event]):
                         self._on_change()
+                elif isinstance(frame, DeltaFrame):
+                    self._on_delta(frame)
                 elif isinstance(frame, CaughtUpFrame):
                     caught_up = True
                     if await self.store.apply_remote([], frame.seq):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from shared.models import (
@@ -36,6 +37,14 @@ class ServerError(Exception):
 AnyFrame = EventFrame | CaughtUpFrame | DeltaFrame | PingFrame
 
 
+@dataclass(frozen=True)
+class AssistantInfo:
+    id: str
+    name: str
+    kind: str
+    model: str
+
+
 class LiveSocket(Protocol):
     async def receive(self) -> AnyFrame:
         """The next frame; raises NetworkError, Unauthorized or CursorExpiredError when closed."""
@@ -45,6 +54,9 @@ class LiveSocket(Protocol):
 
 class Transport(Protocol):
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse: ...
+
+    async def assistants(self) -> list[AssistantInfo]:
+        """GET /assistants: the server's assistants."""
 
     async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse: ...
 

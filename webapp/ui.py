@@ -11,6 +11,7 @@ from html import escape
 from shared.models import Chat, Message
 from webapp.store import is_pending
 from webapp.sync import Status
+from webapp.transport import AssistantInfo
 
 STATUS_TEXT = {
     Status.CONNECTING: "Connecting…",
@@ -62,7 +63,13 @@ def chat_list(chats: list[Chat], selected: str | None) -> str:
     return "\n".join(items)
 
 
-def chat_pane(chat: Chat | None, draft: str = "", editing: bool = False) -> str:
+def chat_pane(
+    chat: Chat | None,
+    draft: str = "",
+    editing: bool = False,
+    assistants: list[AssistantInfo] | None = None,
+    chosen: str = "",
+) -> str:
     if chat is None:
         return '<p class="empty">Create a chat to start.</p>'
     notice = (
@@ -78,17 +85,57 @@ def chat_pane(chat: Chat | None, draft: str = "", editing: bool = False) -> str:
 <form class="composer" data-action="send" data-reset>
   <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required
     {"" if editing else "data-draft "}data-chat="{chat.id}">{escape(draft)}</textarea>
+  {"" if editing else _assistant_choice(assistants or [], chosen)}
   <button type="submit">Send</button>
 </form>"""
 
 
-def messages(rows: list[Message]) -> str:
+def _assistant_choice(assistants: list[AssistantInfo], chosen: str) -> str:
+    options = [("", "No answer")] + [(a.id, a.name) for a in assistants]
+    if all(value != chosen for value, _ in options):
+        options.append((chosen, chosen))  # chosen earlier, not listed by the server now
+    rendered = "".join(
+        f'<option value="{escape(value)}"{" selected" if value == chosen else ""}>{escape(name)}</option>'
+        for value, name in options
+    )
+    return f'<select name="assistant" aria-label="Answered by">{rendered}</select>'
+
+
+# What an assistant's reply says about itself, by status.
+REPLY_NOTE = {
+    "queued": "Waiting for the assistant…",
+    "streaming": "",
+    "completed": "",
+    "failed_upstream": "The assistant could not answer.",
+    "cancelled": "Stopped.",
+}
+
+
+def messages(rows: list[Message], streaming: dict[str, str] | None = None) -> str:
     items = []
     for message in rows:
         pending = is_pending(message)
         classes = f"message {message.role}{' pending' if pending else ''}"
         badge = '<span class="badge" title="Saved on this device, not yet on the server">pending</span>' if pending else ""
         tools = ""
+        content = message.content
+        if message.role == "assistant":
+            classes += f" {message.status}"
+            content = (streaming or {}).get(message.id, content)
+            note = REPLY_NOTE.get(message.status, "")
+            if message.status in ("queued", "streaming"):
+                action = ("stop-run", "Stop")
+            elif message.status in ("failed_upstream", "cancelled"):
+                action = ("retry-run", "Retry")
+            else:
+                action = None
+            button = (
+                f'<button type="button" class="link" data-action="{action[0]}" data-id="{message.id}">{action[1]}</button>'
+                if action
+                else ""
+            )
+            note_html = f'<span class="note">{escape(note)}</span>' if note else ""
+            tools = f'<span class="tools">{note_html} {button}</span>' if note or button else ""
         if message.role == "user":
             remove = "Withdraw" if pending else "Delete"
             tools = (
@@ -98,6 +145,6 @@ def messages(rows: list[Message]) -> str:
             )
         items.append(
             f'<li class="{classes}" data-id="{message.id}">'
-            f'<div class="content">{escape(message.content)}</div>{badge}{tools}</li>'
+            f'<div class="content">{escape(content)}</div>{badge}{tools}</li>'
         )
     return "\n".join(items)

@@ -28,9 +28,13 @@ def wait_for_service_worker(page: Page) -> None:
     page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=BOOT_TIMEOUT)
 
 
-def send(page: Page, text: str) -> None:
+def send(page: Page, text: str, assistant: str = "") -> None:
+    """Type and send a message, answered by ``assistant`` (none by default)."""
     page.fill("textarea[name=text]", text)
-    page.keyboard.press("Enter")
+    choice = page.locator("select[name=assistant]")
+    if choice.count():  # (not while editing a message)
+        choice.select_option(assistant)
+    page.locator("textarea[name=text]").press("Enter")
 
 
 def api(base_url: str, method: str, path: str, body: Any = None, token: str | None = None) -> Any:

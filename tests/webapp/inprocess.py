@@ -34,6 +34,7 @@ from shared.models import (
 )
 from webapp.transport import (
     AnyFrame,
+    AssistantInfo,
     CursorExpiredError,
     NetworkError,
     ServerError,
@@ -169,6 +170,9 @@ class InProcessTransport:
         if response.status_code >= 400:
             raise ServerError(data["message"])
         return data
+
+    async def assistants(self) -> list[AssistantInfo]:
+        return [AssistantInfo(**a) for a in await self._call("GET", "/assistants")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._call("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))

@@ -80,12 +80,18 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
 
     await client.dispatch("new-chat", {})
     assert "Chat 1" in view.regions["chat-list"] and 'class="chat-item selected pending"' in view.regions["chat-list"]
-    await client.dispatch("send", {"text": "  hello <b>world</b>  "})
+    assert '<option value="demo" selected>' in view.regions["chat"]  # the assistant every server has
+    await client.dispatch("send", {"text": "  hello <b>world</b>  ", "assistant": "demo"})
     assert "hello &lt;b&gt;world&lt;/b&gt;" in view.regions["messages"]  # escaped
     assert 'class="message user pending"' in view.regions["messages"]
+    # The question is asked too, offline: a reply waits, and can be stopped.
+    assert 'class="message assistant pending queued"' in view.regions["messages"]
+    assert "Waiting for the assistant" in view.regions["messages"] and ">Stop<" in view.regions["messages"]
     await client.dispatch("send", {"text": "   "})  # blank: nothing
-    assert view.regions["messages"].count("<li") == 1
-    assert client.store.pending_count() == 2
+    assert view.regions["messages"].count("<li") == 2
+    assert [p.event.type for p in client.store.outbox()] == ["ChatCreated", "MessageAppended", "AssistantRunRequested"]
+    await client.dispatch("send", {"text": "no answer needed", "assistant": ""})
+    assert client.store.pending_count() == 4 and client.store.setting("assistant") == ""
 
 
 async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
@@ -135,7 +141,7 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
     client, view, _ = make_client(tmp_path)
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     await client.dispatch("new-chat", {})
-    await client.dispatch("send", {"text": "frist"})
+    await client.dispatch("send", {"text": "frist", "assistant": ""})
     [message] = client.store.messages(client.selected or "")
     assert 'data-action="edit-message"' in view.regions["messages"] and ">Withdraw<" in view.regions["messages"]
 
@@ -150,3 +156,43 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
     await client.dispatch("remove-message", {"id": message.id})
     assert client.store.messages(message.chat_id) == []
     assert [p.event.type for p in client.store.outbox()] == ["ChatCreated"]  # withdrawn: nothing goes out
+
+
+async def test_a_reply_grows_from_deltas_and_can_be_stopped_or_retried(tmp_path: Path) -> None:
+    from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message
+
+    client, view, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "hi", "assistant": "demo"})
+    question, reply = client.store.messages(client.selected or "")
+    assert reply.status == "queued" and reply.parent_id == question.id and reply.run_id
+
+    def logged(seq: int, kind: EventType, payload: object, event_id: str | None = None) -> LoggedEvent:
+        return LoggedEvent(seq=seq, origin="server", event_id=event_id or client.s.new_id(), type=kind,
+                           payload=payload, created_at="2026-11-30T12:00:00.000Z")  # type: ignore[arg-type]
+
+    # The server starts streaming: deltas show at once; one that skips ahead waits for a checkpoint.
+    streaming = reply.model_copy(update={"status": "streaming", "content": ""})
+    pending = [p.event for p in client.store.outbox()]
+    await client.store.apply_remote([logged(i + 1, e.type, e.payload, e.event_id) for i, e in enumerate(pending)]
+                                    + [logged(4, EventType.MESSAGE_EDITED, streaming)], 4)
+    client.redraw()
+    for offset, text in ((0, "Hel"), (3, "lo"), (2, "llo"), (9, "far ahead")):
+        client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=offset, text=text))
+    assert '<div class="content">Hello</div>' in view.regions["messages"] and "far ahead" not in view.regions["messages"]
+    # A checkpoint that knows more replaces what the deltas built.
+    checkpoint = streaming.model_copy(update={"content": "Hello, world"})
+    await client.store.apply_remote([logged(5, EventType.MESSAGE_EDITED, checkpoint)], 5)
+    client.redraw()
+    assert '<div class="content">Hello, world</div>' in view.regions["messages"] and client.streaming == {}
+
+    await client.dispatch("stop-run", {"id": reply.id})
+    [stop] = [p.event for p in client.store.outbox()]
+    assert stop.type == "AssistantRunCancelled" and stop.payload.message_id == reply.id  # type: ignore[union-attr]
+    assert "Stopped." in view.regions["messages"] and ">Retry<" in view.regions["messages"]
+    await client.dispatch("retry-run", {"id": reply.id})
+    retry = [p.event for p in client.store.outbox()][-1]
+    assert isinstance(retry, DomainEvent) and retry.type == "AssistantRunRequested"
+    assert retry.payload.parent_id == question.id and retry.payload.message_id != reply.id  # type: ignore[union-attr]
+    assert isinstance(checkpoint, Message)

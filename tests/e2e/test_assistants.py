@@ -1,0 +1,112 @@
+"""A remote assistant's answer survives the network: the built-in demo model streams, the page's
+connection is cut mid-answer (its WebSocket closed; the page reloaded offline), and the answer
+appears in full, exactly once, here and on a second device. A question asked offline is answered
+once the browser is back."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, WebSocketRoute, expect
+
+from shared.assistants import demo_answer
+from tests.e2e.pages import (
+    BOOT_TIMEOUT,
+    api,
+    open_app,
+    send,
+    sign,
+    wait_for_service_worker,
+)
+from tests.processes import Server
+
+PASSWORD = "a long password"
+
+
+@pytest.fixture(scope="module")
+def slow_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose demo model takes about 8 s over an answer: time to cut the network."""
+    data = tmp_path_factory.mktemp("assistants")
+    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", demo_seconds_per_word="0.1")
+    server.start()
+    yield server
+    server.stop()
+
+
+def expect_replies(page: Page, texts: list[str]) -> None:
+    """Exactly these assistant replies, in this order, each complete."""
+    expect(page.locator(".message.assistant .content")).to_have_text(texts, timeout=30_000)
+    expect(page.locator(".message.assistant.completed")).to_have_count(len(texts))
+
+
+def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser, slow_demo: Server) -> None:
+    username = f"ask{uuid.uuid4().hex[:8]}"
+    contexts = [browser.new_context(base_url=slow_demo.url) for _ in range(2)]
+    a, b = (c.new_page() for c in contexts)
+    sockets: list[WebSocketRoute] = []
+    cut = {"on": False}
+
+    def proxy(ws: WebSocketRoute) -> None:  # the page's live sockets go through the test
+        if cut["on"]:
+            ws.close(code=4000, reason="network gone")
+            return
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    a.route_web_socket("**/sync/live*", proxy)
+    open_app(a)
+    sign(a, username, PASSWORD, signup=True)
+    wait_for_service_worker(a)
+    a.click("[data-action=new-chat]")
+    open_app(b)
+    sign(b, username, PASSWORD, signup=False)
+    expected = demo_answer("What is new?", 1)
+
+    # 1. The WebSocket is cut while the answer streams, and comes back.
+    send(a, "What is new?", assistant="demo")
+    streaming = a.locator(".message.assistant.streaming .content")
+    expect(streaming).not_to_have_text("", timeout=20_000)
+    cut["on"] = True
+    for ws in sockets:
+        ws.close(code=4000, reason="network gone")
+    a.wait_for_timeout(1500)
+    assert a.locator(".message.assistant.completed").count() == 0  # it was cut mid-answer
+    cut["on"] = False
+    expect_replies(a, [expected])  # in full, once
+    expect_replies(b, [expected])
+
+    # 2. The page is reloaded offline mid-answer; back online, the answer is there in full.
+    send(a, "And now?", assistant="demo")
+    expect(a.locator(".message.assistant.streaming .content")).not_to_have_text("", timeout=20_000)
+    contexts[0].set_offline(True)
+    cut["on"] = True
+    for ws in sockets:
+        ws.close(code=4000, reason="network gone")
+    a.reload()
+    a.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    expect(a.locator(".message.assistant")).to_have_count(2)  # the second still as far as it got
+    contexts[0].set_offline(False)
+    cut["on"] = False
+    second = demo_answer("And now?", 2)
+    expect_replies(a, [expected, second])
+    expect_replies(b, [expected, second])
+
+    # 3. Asked offline: the question and its request wait in the outbox, and run once back.
+    contexts[0].set_offline(True)
+    cut["on"] = True
+    for ws in sockets:
+        ws.close(code=4000, reason="network gone")
+    send(a, "Asked offline", assistant="demo")
+    expect(a.locator(".message.assistant.queued.pending")).to_have_count(1)
+    contexts[0].set_offline(False)
+    cut["on"] = False
+    third = demo_answer("Asked offline", 3)
+    expect_replies(a, [expected, second, third])
+    token = api(slow_demo.url, "POST", "/auth/login", {"username": username, "password": PASSWORD})["token"]
+    messages = api(slow_demo.url, "GET", "/sync/state", token=token)["snapshot"]["messages"]
+    answers = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert sorted(answers) == sorted([expected, second, third])  # each asked once, answered once
+    for context in contexts:
+        context.close()
