@@ -50,14 +50,21 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True)
 class RunInput:
-    """What an assistant answers: the reply message to write (already there, ``queued``) and the
-    conversation along its branch."""
+    """What an assistant is asked: answer ``question`` (the last of ``history``, the conversation
+    along its branch, oldest first) in ``chat_id``. ``new_id`` and ``now`` make ids and times."""
 
-    reply: Message
+    chat_id: str
+    question: Message
     history: list[Message]
+    new_id: Callable[[], str]
+    now: Callable[[], str]
 
 
 class Assistant(Protocol):
+    """Local and remote alike: the events of an answer. A remote assistant's client side yields
+    one ``AssistantRunRequested`` (the server's run writes the rest, which arrives by sync); a
+    local one yields the whole answer."""
+
     id: str
     name: str
 

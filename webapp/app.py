@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shared.assistants import Assistant, RunInput, history_along
 from shared.models import (
     Chat,
     DeltaFrame,
@@ -21,6 +22,7 @@ from shared.models import (
     Session,
 )
 from webapp import ui
+from webapp.assistants import RemoteAssistant, ToolAssistant
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import (
@@ -34,6 +36,7 @@ from webapp.transport import (
 # Until the server has told us its assistants (a first start offline): the one every server has.
 DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
+LOCAL_ASSISTANTS: list[Assistant] = [ToolAssistant()]
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +97,15 @@ class Client:
 
     # --- assistants ----------------------------------------------------------------------------
 
-    def assistants(self) -> list[AssistantInfo]:
+    def assistants(self) -> list[Assistant]:
+        """The server's assistants (as it last listed them), then those that run here."""
         known = self.store.setting("assistants")
-        return [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+        remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+        return [RemoteAssistant(a.id, a.name) for a in remote] + LOCAL_ASSISTANTS
+
+    def assistant(self, assistant_id: str) -> Assistant:
+        found = next((a for a in self.assistants() if a.id == assistant_id), None)
+        return found or RemoteAssistant(assistant_id, assistant_id)  # one the server stopped listing
 
     def chosen_assistant(self) -> str:
         chosen = self.store.setting("assistant")
@@ -172,7 +181,13 @@ class Client:
             text = editing.content if editing else (self.store.draft(chat.id) if chat else "")
             self.view.set_html(
                 "chat",
-                ui.chat_pane(chat, text, editing=editing is not None, assistants=self.assistants(), chosen=self.chosen_assistant()),
+                ui.chat_pane(
+                    chat,
+                    text,
+                    editing=editing is not None,
+                    assistants=[(a.id, a.name) for a in self.assistants()],
+                    chosen=self.chosen_assistant(),
+                ),
             )
         if self.selected is not None:
             rows = self.store.messages(self.selected)
@@ -247,17 +262,19 @@ class Client:
         assistant = str(data.get("assistant", self.chosen_assistant()))
         if assistant != self.store.setting("assistant"):
             await self.store.set_setting("assistant", assistant)
-        if assistant != NO_ASSISTANT:
-            await self._request_run(message.chat_id, message.id, assistant)
         self.redraw()
+        if assistant != NO_ASSISTANT:
+            await self._ask(self.assistant(assistant), message)
 
-    async def _request_run(self, chat_id: str, parent_id: str | None, assistant_id: str) -> None:
-        """Ask an assistant to answer ``parent_id``: a queued reply at once; offline, the request
-        waits in the outbox like any change."""
-        request = RunRequest(
-            run_id=self.s.new_id(), chat_id=chat_id, parent_id=parent_id, message_id=self.s.new_id(), assistant_id=assistant_id
-        )
-        await self._submit(EventType.ASSISTANT_RUN_REQUESTED, request)
+    async def _ask(self, assistant: Assistant, question: Message) -> None:
+        """Whatever the assistant, what it yields is applied the same way: saved and shown at
+        once, then sent (offline, it waits in the outbox like any change)."""
+        history = history_along(self.store.messages(question.chat_id), question.id)
+        run = RunInput(question.chat_id, question, history, self.s.new_id, self.s.now)
+        async for event in assistant.run(run):
+            await self.store.add_local(event)
+            self.engine.kick()
+            self.redraw()
 
     async def _on_stop_run(self, data: dict[str, Any]) -> None:
         reply = self.store.message(str(data["id"]))
@@ -268,9 +285,9 @@ class Client:
     async def _on_retry_run(self, data: dict[str, Any]) -> None:
         """Ask again (a new request, a new reply beside the failed one): never a resend of the old."""
         reply = self.store.message(str(data["id"]))
-        if reply is not None and reply.assistant_id:
-            await self._request_run(reply.chat_id, reply.parent_id, reply.assistant_id)
-            self.redraw()
+        question = self.store.message(reply.parent_id) if reply is not None and reply.parent_id else None
+        if reply is not None and reply.assistant_id and question is not None:
+            await self._ask(self.assistant(reply.assistant_id), question)
 
     async def _on_edit_message(self, data: dict[str, Any]) -> None:
         self.editing = str(data["id"])

@@ -6,12 +6,12 @@ hands the action and its data to ``webapp.app.Client.dispatch``.
 
 from __future__ import annotations
 
+import json
 from html import escape
 
 from shared.models import Chat, Message
 from webapp.store import is_pending
 from webapp.sync import Status
-from webapp.transport import AssistantInfo
 
 STATUS_TEXT = {
     Status.CONNECTING: "Connecting…",
@@ -67,7 +67,7 @@ def chat_pane(
     chat: Chat | None,
     draft: str = "",
     editing: bool = False,
-    assistants: list[AssistantInfo] | None = None,
+    assistants: list[tuple[str, str]] | None = None,
     chosen: str = "",
 ) -> str:
     if chat is None:
@@ -90,8 +90,8 @@ def chat_pane(
 </form>"""
 
 
-def _assistant_choice(assistants: list[AssistantInfo], chosen: str) -> str:
-    options = [("", "No answer")] + [(a.id, a.name) for a in assistants]
+def _assistant_choice(assistants: list[tuple[str, str]], chosen: str) -> str:
+    options = [("", "No answer"), *assistants]
     if all(value != chosen for value, _ in options):
         options.append((chosen, chosen))  # chosen earlier, not listed by the server now
     rendered = "".join(
@@ -136,6 +136,8 @@ def messages(rows: list[Message], streaming: dict[str, str] | None = None) -> st
             )
             note_html = f'<span class="note">{escape(note)}</span>' if note else ""
             tools = f'<span class="tools">{note_html} {button}</span>' if note or button else ""
+        elif message.role == "tool_call":
+            content = _tool_call(message.content)
         if message.role == "user":
             remove = "Withdraw" if pending else "Delete"
             tools = (
@@ -148,3 +150,11 @@ def messages(rows: list[Message], streaming: dict[str, str] | None = None) -> st
             f'<div class="content">{escape(content)}</div>{badge}{tools}</li>'
         )
     return "\n".join(items)
+
+
+def _tool_call(content: str) -> str:
+    try:
+        call = json.loads(content)
+        return f"Calls the {call['tool']}: {call['input']}"
+    except (ValueError, KeyError, TypeError):
+        return content

@@ -110,3 +110,29 @@ def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser,
     assert sorted(answers) == sorted([expected, second, third])  # each asked once, answered once
     for context in contexts:
         context.close()
+
+
+def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser, server: Server) -> None:
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    page.route_web_socket("**/sync/live*", lambda ws: ws.close(code=4000, reason="no socket in this test"))
+    open_app(page)
+    sign(page, f"tools{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    wait_for_service_worker(page)
+    page.click("[data-action=new-chat]")
+    context.set_offline(True)
+    send(page, "python: print(sum(range(10)))", assistant="local-tools")  # Python, run in Pyodide
+    expect(page.locator(".message.tool_call .content")).to_have_text("Calls the python: print(sum(range(10)))")
+    expect(page.locator(".message.tool_result .content")).to_have_text("45")
+    expect(page.locator(".message.assistant .content")).to_have_text("I ran it. Output:\n45")
+    expect(page.locator(".message.pending")).to_have_count(4)  # saved here, waiting for the network
+    send(page, "2^8 + 1", assistant="local-tools")
+    expect(page.locator(".message.assistant .content").last).to_have_text("2^8 + 1 = 257")
+
+    context.set_offline(False)
+    expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)
+    token = api(server.url, "POST", "/auth/login", {"username": page.locator(".who").inner_text().split(" ")[0],
+                                                    "password": PASSWORD})["token"]
+    stored = api(server.url, "GET", "/sync/state", token=token)["snapshot"]["messages"]
+    assert sorted(m["role"] for m in stored) == sorted(["user", "tool_call", "tool_result", "assistant"] * 2)
+    context.close()

@@ -1,0 +1,107 @@
+"""The assistants as the client runs them (webapp/assistants.py): the local one's tools, and the
+one code path that applies what any assistant yields (through the outbox, to the server)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+from quart import Quart
+
+from server.app import create_app
+from server.config import Settings
+from shared.assistants import RunInput
+from shared.ids import Uuid7Generator
+from shared.models import DomainEvent, Message
+from tests.webapp.devices import Device, T, signup
+from webapp.assistants import (
+    LOCAL_TOOLS_ID,
+    ToolAssistant,
+    calculate,
+    choose_tool,
+    run_python,
+)
+
+new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
+
+
+async def answer(text: str) -> list[DomainEvent]:
+    question = Message(id=new_id(), chat_id=new_id(), role="user", content=text, created_at=T)
+    run = RunInput(question.chat_id, question, [question], new_id, lambda: T)
+    return [event async for event in ToolAssistant().run(run)]
+
+
+def test_the_calculator_does_arithmetic_and_nothing_else() -> None:
+    assert calculate("2 * (3 + 4)") == "14"
+    assert calculate("2^10 / 4") == "256"
+    assert calculate("sqrt(16) + pi - pi") == "4"
+    for hostile in ("__import__('os').system('x')", "().__class__", "9 ** 9 ** 9", "open('f')"):
+        with pytest.raises((ValueError, SyntaxError)):
+            calculate(hostile)
+
+
+def test_the_tool_is_chosen_from_the_question() -> None:
+    assert choose_tool("2 * (3 + 4) =") == ("calculator", "2 * (3 + 4)")
+    assert choose_tool("calc: sqrt(2)") == ("calculator", "sqrt(2)")
+    assert choose_tool("python: print(1)") == ("python", "print(1)")
+    assert choose_tool("please run\n```python\nx = 2\nx * 21\n```") == ("python", "x = 2\nx * 21")
+    assert choose_tool("what is the time in 2 cities") == (None, "")
+
+
+def test_python_runs_and_reports_its_output() -> None:
+    assert run_python("print('a')\n6 * 7") == "a\n42"
+    assert run_python("x = 1") == "(no output)"
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        run_python("1 / 0")
+
+
+async def test_an_answer_is_a_tool_call_its_result_and_a_reply_along_one_branch() -> None:
+    call, result, reply = await answer("12 * 12")
+    assert [e.type for e in (call, result, reply)] == ["ToolCallRequested", "ToolCallSucceeded", "MessageAppended"]
+    assert json.loads(call.payload.content) == {"tool": "calculator", "input": "12 * 12"}  # type: ignore[union-attr]
+    assert result.payload.content == "144" and reply.payload.content == "12 * 12 = 144"  # type: ignore[union-attr]
+    assert result.payload.parent_id == call.payload.id and reply.payload.parent_id == result.payload.id  # type: ignore[union-attr]
+    assert {e.payload.assistant_id for e in (call, result, reply)} == {LOCAL_TOOLS_ID}  # type: ignore[union-attr]
+
+    call, failed, reply = await answer("python: 1 / 0")
+    assert failed.type == "ToolCallFailed" and failed.payload.role == "error"  # type: ignore[union-attr]
+    assert "ZeroDivisionError" in failed.payload.content and "could not" in reply.payload.content  # type: ignore[union-attr]
+
+    [plain] = await answer("hello there")
+    assert plain.type == "MessageAppended" and "calculate" in plain.payload.content  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> Quart:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05))
+    async with app.test_app():
+        yield app
+
+
+async def test_a_local_answer_made_offline_reaches_the_server_and_the_other_device(app: Quart, tmp_path: Path) -> None:
+    from tests.webapp.test_client import RecordingView
+    from webapp.app import Client, Services
+
+    token = await signup(app)
+    device, other = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    device.transport.offline = True
+    client = Client(Services(device.store, RecordingView(), None, device.transport, new_id, lambda: T))  # type: ignore[arg-type]
+    client.engine = device.engine
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "calc: 6 * 7", "assistant": LOCAL_TOOLS_ID})
+    roles = [(m.role, m.content) for m in device.store.messages(client.selected or "")]
+    assert roles == [
+        ("user", "calc: 6 * 7"),
+        ("tool_call", json.dumps({"tool": "calculator", "input": "6 * 7"})),
+        ("tool_result", "42"),
+        ("assistant", "6 * 7 = 42"),
+    ]
+    assert device.store.pending_count() == 5  # the chat, the question and the three answers
+
+    device.transport.offline = False
+    await device.sync()
+    await other.sync()
+    assert [(m.role, m.content) for c in other.store.chats() for m in other.store.messages(c.id)] == roles

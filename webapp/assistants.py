@@ -1,0 +1,176 @@
+"""The assistants as the client sees them: each yields the events of an answer (shared/assistants.py),
+and the client applies them all the same way (through the outbox, so other devices get them).
+
+- ``RemoteAssistant``: one of the server's; it yields an ``AssistantRunRequested`` and the
+  server's run writes the answer, which arrives by sync.
+- ``ToolAssistant``: runs here, with no network at all. It answers with tools, each call and its
+  result a message of its own (``ToolCallRequested``, then ``ToolCallSucceeded`` or
+  ``ToolCallFailed``): a calculator, and Python (run here, in Pyodide in the browser).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import math
+import operator
+import re
+import traceback
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from shared.assistants import RunInput
+from shared.models import DomainEvent, EventType, Message, RunRequest
+
+LOCAL_TOOLS_ID = "local-tools"
+
+
+class RemoteAssistant:
+    def __init__(self, assistant_id: str, name: str) -> None:
+        self.id = assistant_id
+        self.name = name
+
+    async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
+        request = RunRequest(
+            run_id=run.new_id(), chat_id=run.chat_id, parent_id=run.question.id, message_id=run.new_id(), assistant_id=self.id
+        )
+        yield DomainEvent(event_id=run.new_id(), type=EventType.ASSISTANT_RUN_REQUESTED, payload=request, created_at=run.now())
+
+
+class ToolAssistant:
+    """Which tool, from the question: a ```python block (or a question starting "python:" / "run:")
+    runs as Python; arithmetic ("2 * (3 + 4)", "calc: sqrt(2)") goes to the calculator; anything
+    else gets a short answer saying what it can do."""
+
+    id = LOCAL_TOOLS_ID
+    name = "Local helper (offline, tools)"
+
+    async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
+        question = run.question
+        tool, source = choose_tool(question.content)
+        parent = question.id
+        if tool is not None:
+            call = self._message(run, "tool_call", json.dumps({"tool": tool, "input": source}), parent)
+            yield self._event(run, EventType.TOOL_CALL_REQUESTED, call)
+            try:
+                result = TOOLS[tool](source)
+            except Exception as error:  # the tool's failure is the answer's subject, not a crash
+                failed = self._message(run, "error", f"{type(error).__name__}: {error}", call.id)
+                yield self._event(run, EventType.TOOL_CALL_FAILED, failed)
+                answer = f"The {tool} could not do that: {error}"
+                parent = failed.id
+            else:
+                done = self._message(run, "tool_result", result, call.id)
+                yield self._event(run, EventType.TOOL_CALL_SUCCEEDED, done)
+                answer = f"{source} = {result}" if tool == "calculator" else f"I ran it. Output:\n{result}"
+                parent = done.id
+        else:
+            answer = (
+                "I run on this device, with no network. Ask me to calculate (\u201c2 * (3 + 4)\u201d, "
+                "\u201ccalc: sqrt(2)\u201d) or to run Python (start with \u201cpython:\u201d or send a "
+                "```python block)."
+            )
+        reply = self._message(run, "assistant", answer, parent)
+        yield self._event(run, EventType.MESSAGE_APPENDED, reply)
+
+    def _message(self, run: RunInput, role: str, content: str, parent_id: str) -> Message:
+        return Message(
+            id=run.new_id(),
+            chat_id=run.chat_id,
+            role=role,  # type: ignore[arg-type]
+            content=content,
+            parent_id=parent_id,
+            assistant_id=self.id,
+            created_at=run.now(),
+        )
+
+    @staticmethod
+    def _event(run: RunInput, kind: EventType, message: Message) -> DomainEvent:
+        return DomainEvent(event_id=run.new_id(), type=kind, payload=message, created_at=run.now())
+
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+_ARITHMETIC = re.compile(r"^[\d\s.+\-*/%()^,a-z_]*$")
+
+
+def choose_tool(text: str) -> tuple[str | None, str]:
+    """(tool, its input), or (None, "") when the question is for no tool."""
+    block = _CODE_BLOCK.search(text)
+    if block:
+        return "python", block.group(1).strip()
+    stripped = text.strip()
+    for prefix in ("python:", "run:"):
+        if stripped.lower().startswith(prefix):
+            return "python", stripped[len(prefix) :].strip()
+    if stripped.lower().startswith("calc:"):
+        return "calculator", stripped[5:].strip()
+    expression = stripped.rstrip("=?").strip()
+    if expression and any(c.isdigit() for c in expression) and _ARITHMETIC.match(expression.lower()):
+        try:
+            calculate(expression)
+        except Exception:
+            return None, ""
+        return "calculator", expression
+    return None, ""
+
+
+_OPERATORS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.USub: operator.neg, ast.UAdd: operator.pos,
+}
+_FUNCTIONS: dict[str, Any] = {
+    name: getattr(math, name)
+    for name in ("sqrt", "sin", "cos", "tan", "log", "log10", "exp", "floor", "ceil", "factorial", "pi", "e", "tau")
+} | {"abs": abs, "round": round, "min": min, "max": max}
+
+
+def calculate(expression: str) -> str:
+    """Arithmetic only: numbers, + - * / // % ** (or ^), parentheses, a few math functions."""
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 10_000:
+                raise ValueError("that power is too large")
+            return _OPERATORS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.operand))
+        if isinstance(node, ast.Name) and node.id in _FUNCTIONS and not callable(_FUNCTIONS[node.id]):
+            return _FUNCTIONS[node.id]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and callable(_FUNCTIONS.get(node.func.id)):
+            return _FUNCTIONS[node.func.id](*(value(a) for a in node.args))
+        raise ValueError("only arithmetic is allowed")
+
+    tree = ast.parse(expression.replace("^", "**"), mode="eval")
+    result = value(tree.body)
+    if isinstance(result, float) and result.is_integer() and abs(result) < 1e15:
+        result = int(result)
+    return str(result)
+
+
+def run_python(code: str) -> str:
+    """Run ``code`` here (in the browser: in Pyodide, in the page's own sandbox) and return what it
+    printed, and the value of its last line if that is an expression."""
+    tree = ast.parse(code, mode="exec")
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    namespace: dict[str, Any] = {"__name__": "__tool__"}
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        try:
+            exec(compile(tree, "<tool>", "exec"), namespace)
+            result = eval(compile(ast.Expression(last.value), "<tool>", "eval"), namespace) if last else None
+        except Exception:
+            lines = traceback.format_exc().strip().splitlines()
+            raise RuntimeError(lines[-1]) from None
+    printed = output.getvalue()
+    if result is not None:
+        printed += repr(result)
+    return printed.strip() or "(no output)"
+
+
+TOOLS: dict[str, Callable[[str], str]] = {"calculator": calculate, "python": run_python}
