@@ -19,13 +19,21 @@ import os
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from shared.assistants import DemoModel, Model, Piece, Turn, UpstreamError, Usage
+from shared.assistants import (
+    DemoModel,
+    Model,
+    Piece,
+    Turn,
+    UpstreamError,
+    completion_request,
+    sse_pieces,
+)
 
 
 class AssistantConfig(BaseModel):
@@ -90,12 +98,7 @@ class OpenAIModel:
         self.timeout = timeout
 
     async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
-        body = {
-            "model": self.model,
-            "messages": [{"role": t.role, "content": t.content} for t in turns],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = completion_request(self.model, turns)
         try:
             async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))) as client:
                 async with client.stream("POST", self.url, json=body, headers=self.headers) as response:
@@ -103,13 +106,11 @@ class OpenAIModel:
                         raise UpstreamError(f"the model's service answered HTTP {response.status_code}")
                     finished = False
                     async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
+                        pieces = sse_pieces(line)
+                        if pieces is None:
                             finished = True
                             break
-                        for piece in _pieces(json.loads(data)):
+                        for piece in pieces:
                             yield piece
                     if not finished:
                         raise UpstreamError("the model's stream broke off before the end")
@@ -119,15 +120,3 @@ class OpenAIModel:
             raise UpstreamError(f"the model's service could not be reached ({type(e).__name__})") from None
         except (ValueError, TypeError, AttributeError):
             raise UpstreamError("the model's service sent a stream that is not chat completions") from None
-
-
-def _pieces(chunk: Any) -> list[Piece]:
-    pieces = []
-    for choice in chunk.get("choices") or []:
-        text = (choice.get("delta") or {}).get("content")
-        if text:
-            pieces.append(Piece(text=str(text)))
-    usage = chunk.get("usage")
-    if usage:
-        pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))
-    return pieces

@@ -9,11 +9,13 @@ Pure Python, no I/O of its own: the server and the browser give the models their
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from shared.models import DomainEvent, Message
+from shared.models import DomainEvent, EventType, Message
 
 TurnRole = Literal["system", "user", "assistant"]
 
@@ -58,6 +60,8 @@ class RunInput:
     history: list[Message]
     new_id: Callable[[], str]
     now: Callable[[], str]
+    # The reply's text so far, for whoever shows it live (between its checkpoints).
+    on_text: Callable[[str, str], None] = lambda message_id, text: None
 
 
 class Assistant(Protocol):
@@ -128,3 +132,85 @@ def demo_answer(question: str, turn: int) -> str:
         "server keeps writing it and you will find it complete when you come back. Configure an "
         "OpenAI-compatible assistant (README: Assistants) for real answers."
     )
+
+
+# --- OpenAI-compatible chat completions, streamed (server-sent events) ----------------------------
+
+
+def completion_request(model: str, turns: list[Turn]) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": t.role, "content": t.content} for t in turns],
+        "stream": True,
+        "stream_options": {"include_usage": True},  # the usage comes as a last chunk
+    }
+
+
+DONE = "[DONE]"
+
+
+def sse_pieces(line: str) -> list[Piece] | None:
+    """The pieces one line of the stream carries; None for the end (``data: [DONE]``). Raises
+    ValueError when the line is not what a chat-completions stream sends."""
+    if not line.startswith("data:"):
+        return []
+    data = line[5:].strip()
+    if data == DONE:
+        return None
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict):
+        raise ValueError("a chunk is not an object")
+    pieces = []
+    for choice in chunk.get("choices") or []:
+        text = (choice.get("delta") or {}).get("content")
+        if text:
+            pieces.append(Piece(text=str(text)))
+    usage = chunk.get("usage")
+    if usage:
+        pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))
+    return pieces
+
+
+class ModelAssistant:
+    """An assistant that is a model, run where the client is (say, Ollama on this computer): the
+    reply is written as it streams, a checkpoint about once a second, the end status last."""
+
+    def __init__(self, assistant_id: str, name: str, model: Model, checkpoint_seconds: float = 1.0) -> None:
+        self.id = assistant_id
+        self.name = name
+        self.model = model
+        self.checkpoint_seconds = checkpoint_seconds
+
+    async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
+        reply = Message(
+            id=run.new_id(),
+            chat_id=run.chat_id,
+            role="assistant",
+            content="",
+            parent_id=run.question.id,
+            status="streaming",
+            assistant_id=self.id,
+            created_at=run.now(),
+        )
+        yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
+        content, status, last = "", "completed", time.monotonic()
+        stream = self.model.stream(turns_of(run.history))
+        try:
+            async for piece in stream:
+                if not piece.text:
+                    continue
+                content += piece.text
+                run.on_text(reply.id, content)
+                if time.monotonic() - last >= self.checkpoint_seconds:
+                    last = time.monotonic()
+                    yield self._edit(run, reply, "streaming", content)
+        except UpstreamError:
+            status = "failed_upstream"
+        finally:
+            await stream.aclose()
+        yield self._edit(run, reply, status, content)
+
+    @staticmethod
+    def _edit(run: RunInput, reply: Message, status: str, content: str) -> DomainEvent:
+        edited = reply.model_copy(update={"status": status, "content": content})
+        return DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=run.now())

@@ -25,7 +25,7 @@ self.addEventListener("fetch", (event) => {
   const url = new URL(event.request.url);
   if (event.request.method !== "GET" || url.origin !== location.origin) return;
   // The API and the live socket always go to the network.
-  if (url.pathname.startsWith("/sync/") || url.pathname.startsWith("/auth/")) return;
+  if (url.pathname.startsWith("/sync/") || url.pathname.startsWith("/auth/") || url.pathname === "/assistants") return;
   const key = event.request.mode === "navigate" ? "/" : event.request;
   event.respondWith(
     caches.open(CACHE).then((cache) => cache.match(key, { ignoreSearch: event.request.mode === "navigate" }))

@@ -18,6 +18,11 @@ from typing import Any
 
 from tests.processes import free_port
 
+CORS = (
+    b"Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: POST\r\n"
+    b"Access-Control-Allow-Headers: content-type, authorization\r\n"
+)
+
 
 def answer_words(count: int = 30) -> list[str]:
     return [f"word{i}" for i in range(count)]
@@ -72,13 +77,17 @@ class FakeUpstream:
                 0,
             )
             body = json.loads(await reader.readexactly(length)) if length else {}
+            if head.startswith(b"OPTIONS"):  # a browser's CORS preflight (a model on "this device")
+                writer.write(b"HTTP/1.1 204 No Content\r\n" + CORS + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                return
             self.calls += 1
             self.requests.append(body)
             if self.mode == "502":
-                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                writer.write(b"HTTP/1.1 502 Bad Gateway\r\n" + CORS + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
                 await writer.drain()
                 return
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\n" + CORS + b"Content-Type: text/event-stream\r\nConnection: close\r\n\r\n")
             words = answer_words(self.words)
             for i, word in enumerate(words):
                 if self.mode == "stall" and i == 3:

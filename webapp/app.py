@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.assistants import Assistant, RunInput, history_along
+from shared.assistants import Assistant, Model, ModelAssistant, RunInput, history_along
 from shared.models import (
     Chat,
     DeltaFrame,
@@ -22,7 +22,7 @@ from shared.models import (
     Session,
 )
 from webapp import ui
-from webapp.assistants import RemoteAssistant, ToolAssistant
+from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import (
@@ -75,6 +75,9 @@ class Services:
     transport: Transport
     new_id: Callable[[], str]
     now: Callable[[], str]
+    # A model served on this device (base URL, model name): an OpenAI-compatible endpoint such as
+    # Ollama's, called from here (in the browser: with fetch). None where there is no way to.
+    device_model: Callable[[str, str], Model] | None = None
 
 
 class Client:
@@ -93,6 +96,7 @@ class Client:
         self.selected: str | None = None
         self.editing: str | None = None  # the message the composer is editing, if any
         self.streaming: dict[str, str] = {}  # a streaming reply's text so far, from delta frames
+        self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
         self._sync_task: asyncio.Task[None] | None = None
 
     # --- assistants ----------------------------------------------------------------------------
@@ -101,7 +105,12 @@ class Client:
         """The server's assistants (as it last listed them), then those that run here."""
         known = self.store.setting("assistants")
         remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
-        return [RemoteAssistant(a.id, a.name) for a in remote] + LOCAL_ASSISTANTS
+        local = list(LOCAL_ASSISTANTS)
+        device = json.loads(self.store.setting("device_model") or "null")
+        if device and self.s.device_model is not None:
+            model = self.s.device_model(device["url"], device["model"])
+            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model))
+        return [RemoteAssistant(a.id, a.name) for a in remote] + local
 
     def assistant(self, assistant_id: str) -> Assistant:
         found = next((a for a in self.assistants() if a.id == assistant_id), None)
@@ -144,13 +153,15 @@ class Client:
             self.view.set_html("root", ui.auth_form())
             self.view.focus("input[name=username]")
             return
-        self.view.set_html("root", ui.layout(account.username))
+        device = json.loads(self.store.setting("device_model") or "null") or {}
+        self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
         self.redraw(chat_changed=True)
         self._status(self.engine.status)
         self._sync_task = asyncio.ensure_future(self.engine.run())
         self._sync_task.add_done_callback(_log_failure)
+        asyncio.ensure_future(self._end_orphaned_local_replies()).add_done_callback(_log_failure)
 
     def stop(self) -> None:
         """Stop syncing (this tab no longer owns the database)."""
@@ -270,15 +281,54 @@ class Client:
         """Whatever the assistant, what it yields is applied the same way: saved and shown at
         once, then sent (offline, it waits in the outbox like any change)."""
         history = history_along(self.store.messages(question.chat_id), question.id)
-        run = RunInput(question.chat_id, question, history, self.s.new_id, self.s.now)
-        async for event in assistant.run(run):
-            await self.store.add_local(event)
-            self.engine.kick()
-            self.redraw()
+        run = RunInput(question.chat_id, question, history, self.s.new_id, self.s.now, on_text=self._on_local_text)
+        task = asyncio.current_task()
+        reply: Message | None = None
+        try:
+            async for event in assistant.run(run):
+                await self.store.add_local(event)
+                self.engine.kick()
+                if reply is None and isinstance(event.payload, Message) and event.payload.status == "streaming":
+                    reply = event.payload
+                    if task is not None:
+                        self.local_runs[reply.id] = task
+                self.redraw()
+        except asyncio.CancelledError:  # Stop: the reply keeps what it had
+            if reply is not None:
+                stopped = self.store.message(reply.id) or reply
+                text = max(self.streaming.get(reply.id, ""), stopped.content, key=len)
+                await self._submit(EventType.MESSAGE_EDITED, stopped.model_copy(update={"status": "cancelled", "content": text}))
+                self.redraw()
+        finally:
+            if reply is not None:
+                self.local_runs.pop(reply.id, None)
+
+    def _on_local_text(self, message_id: str, text: str) -> None:
+        self.streaming[message_id] = text
+        reply = self.store.message(message_id)
+        if reply is not None and reply.chat_id == self.selected:
+            self.view.set_html("messages", ui.messages(self.store.messages(reply.chat_id), self.streaming))
+
+    async def _end_orphaned_local_replies(self) -> None:
+        """Replies this device was writing when the page went away: their model call died with it."""
+        for reply in self.store.unfinished_local_replies():
+            await self._submit(EventType.MESSAGE_EDITED, reply.model_copy(update={"status": "failed_upstream"}))
+        self.redraw()
+
+    async def _on_device_model(self, data: dict[str, Any]) -> None:
+        """The on-device model's settings (empty: none)."""
+        url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()
+        await self.store.set_setting("device_model", json.dumps({"url": url, "model": model} if url and model else None))
+        self.redraw(chat_changed=True)
 
     async def _on_stop_run(self, data: dict[str, Any]) -> None:
         reply = self.store.message(str(data["id"]))
-        if reply is not None and reply.run_id is not None and reply.status in ("queued", "streaming"):
+        if reply is None or reply.status not in ("queued", "streaming"):
+            return
+        local = self.local_runs.get(reply.id)
+        if local is not None:
+            local.cancel()
+        elif reply.run_id is not None:
             await self._submit(EventType.ASSISTANT_RUN_CANCELLED, RunCancel(run_id=reply.run_id, message_id=reply.id))
             self.redraw()
 

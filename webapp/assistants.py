@@ -25,6 +25,7 @@ from shared.assistants import RunInput
 from shared.models import DomainEvent, EventType, Message, RunRequest
 
 LOCAL_TOOLS_ID = "local-tools"
+DEVICE_MODEL_ID = "on-device"
 
 
 class RemoteAssistant:

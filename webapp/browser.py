@@ -9,14 +9,16 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import AsyncGenerator
 from datetime import datetime, timezone
 from typing import Any
 
 import js  # type: ignore[import-not-found]
 from pydantic import TypeAdapter
-from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 from pyodide.http import pyfetch  # type: ignore[import-not-found]
 
+from shared.assistants import Piece, Turn, UpstreamError, completion_request, sse_pieces
 from shared.ids import Uuid7Generator
 from shared.models import (
     DomainEvent,
@@ -120,6 +122,46 @@ class BrowserTransport:
         return BrowserLiveSocket(f"{scheme}://{js.location.host}/sync/live?afterSeq={after_seq}")
 
 
+class FetchModel:
+    """An OpenAI-compatible chat-completions endpoint called from the page with fetch, read as a
+    stream (server-sent events): a model on this device (Ollama, LM Studio, llama.cpp)."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        init = {"method": "POST", "headers": {"Content-Type": "application/json"}}
+        init["body"] = json.dumps(completion_request(self.model, turns))
+        try:
+            response = await js.fetch(self.url, to_js(init, dict_converter=js.Object.fromEntries))
+        except Exception:
+            raise UpstreamError(f"{self.url} could not be reached (is it running, and does it allow this page?)") from None
+        if not response.ok:
+            raise UpstreamError(f"{self.url} answered HTTP {response.status}")
+        reader, decoder, buffer = response.body.getReader(), js.TextDecoder.new(), ""
+        options = to_js({"stream": True}, dict_converter=js.Object.fromEntries)
+        while True:
+            try:
+                chunk = await reader.read()
+            except Exception:
+                raise UpstreamError("the model's stream broke off") from None
+            if chunk.done:
+                raise UpstreamError("the model's stream ended before its end")
+            buffer += str(decoder.decode(chunk.value, options))
+            while "\n" in buffer:
+                line, buffer = buffer.split("\n", 1)
+                try:
+                    pieces = sse_pieces(line.strip())
+                except ValueError:
+                    raise UpstreamError("the model sent a stream that is not chat completions") from None
+                if pieces is None:
+                    await reader.cancel()
+                    return
+                for piece in pieces:
+                    yield piece
+
+
 class BrowserAuth:
     async def signin(self, username: str, password: str, signup: bool) -> Session:
         body = {"username": username, "password": password, "deviceName": _device_name()}
@@ -177,6 +219,7 @@ async def main() -> Client:
             transport=BrowserTransport(),
             new_id=new_id,
             now=_now,
+            device_model=FetchModel,
         )
     )
 

@@ -461,6 +461,13 @@ class LocalStore:
         row = self.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return None if row is None else Message.model_validate(dict(row))
 
+    def unfinished_local_replies(self) -> list[Message]:
+        """Replies still being written that no server run writes (a local assistant's)."""
+        rows = self.conn.execute(
+            "SELECT * FROM messages WHERE status IN ('queued', 'streaming') AND run_id IS NULL"
+        ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
     def messages(self, chat_id: str) -> list[Message]:
         rows = self.conn.execute(
             "SELECT * FROM messages WHERE chat_id = ? ORDER BY created_at, id", (chat_id,)

@@ -36,11 +36,21 @@ def auth_form(error: str | None = None) -> str:
 </form>"""
 
 
-def layout(username: str) -> str:
+def layout(username: str, device_url: str = "", device_model: str = "") -> str:
     return f"""
 <aside class="sidebar">
   <button type="button" class="new-chat" data-action="new-chat">New chat</button>
   <nav id="chat-list" aria-label="Chats"></nav>
+  <details class="settings">
+    <summary>Model on this device</summary>
+    <form data-action="device-model">
+      <p>An OpenAI-compatible server on this computer (Ollama, LM Studio, llama.cpp), called from
+      this page. It must allow this page's origin (CORS).</p>
+      <label>Base URL <input name="url" placeholder="http://127.0.0.1:11434/v1" value="{escape(device_url)}"></label>
+      <label>Model <input name="model" placeholder="llama3.2" value="{escape(device_model)}"></label>
+      <button type="submit">Save</button>
+    </form>
+  </details>
   <div class="who">{escape(username)} · <button type="button" class="link" data-action="signout">Sign out</button></div>
 </aside>
 <section class="chat" id="chat"></section>"""

@@ -20,6 +20,7 @@ from tests.e2e.pages import (
     sign,
     wait_for_service_worker,
 )
+from tests.fake_upstream import FakeUpstream, full_answer
 from tests.processes import Server
 
 PASSWORD = "a long password"
@@ -135,4 +136,26 @@ def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser,
                                                     "password": PASSWORD})["token"]
     stored = api(server.url, "GET", "/sync/state", token=token)["snapshot"]["messages"]
     assert sorted(m["role"] for m in stored) == sorted(["user", "tool_call", "tool_result", "assistant"] * 2)
+    context.close()
+
+
+def test_a_model_on_this_device_streams_into_the_chat(browser: Browser, server: Server) -> None:
+    upstream = FakeUpstream(delay=0.05, words=40)
+    upstream.start_in_thread()
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    sign(page, f"device{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    page.click("[data-action=new-chat]")
+    page.click(".settings summary")
+    page.fill(".settings input[name=url]", upstream.base_url)
+    page.fill(".settings input[name=model]", "fake-1")
+    page.click(".settings button[type=submit]")
+    expect(page.locator("select[name=assistant] option[value=on-device]")).to_have_text("On this device: fake-1")
+
+    send(page, "Hello, model", assistant="on-device")  # fetched from the page, streamed
+    expect(page.locator(".message.assistant.streaming .content")).not_to_have_text("", timeout=10_000)
+    expect(page.locator(".message.assistant.completed .content")).to_have_text(full_answer(40), timeout=20_000)
+    assert upstream.requests[0]["messages"] == [{"role": "user", "content": "Hello, model"}]
+    expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)  # and sent like any message
     context.close()

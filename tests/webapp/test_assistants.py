@@ -105,3 +105,49 @@ async def test_a_local_answer_made_offline_reaches_the_server_and_the_other_devi
     await device.sync()
     await other.sync()
     assert [(m.role, m.content) for c in other.store.chats() for m in other.store.messages(c.id)] == roles
+
+
+async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_after_a_reload(tmp_path: Path) -> None:
+    import asyncio
+
+    from shared.assistants import DemoModel
+    from tests.webapp.test_client import FakeAuth, OfflineTransport, RecordingView
+    from webapp.app import Client, Services
+    from webapp.assistants import DEVICE_MODEL_ID
+    from webapp.store import FilePersistence, LocalStore
+
+    def client_on(path: Path) -> tuple[Client, RecordingView]:
+        view = RecordingView()
+        services = Services(
+            LocalStore(str(path), FilePersistence()), view, FakeAuth(), OfflineTransport(),  # type: ignore[arg-type]
+            new_id, lambda: T, device_model=lambda url, model: DemoModel(seconds_per_word=0.01),
+        )
+        return Client(services), view
+
+    client, view = client_on(tmp_path / "local.db")
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:11434/v1", "model": "tiny"})
+    assert '<option value="on-device">On this device: tiny</option>' in view.regions["chat"]
+    asking = asyncio.ensure_future(client.dispatch("send", {"text": "hi", "assistant": DEVICE_MODEL_ID}))
+    for _ in range(200):
+        if any(len(text) > 20 for text in client.streaming.values()):
+            break
+        await asyncio.sleep(0.01)
+    [(reply_id, text)] = client.streaming.items()
+    assert text in view.regions["messages"] and ">Stop<" in view.regions["messages"]
+    await client.dispatch("stop-run", {"id": reply_id})
+    await asyncio.gather(asking, return_exceptions=True)
+    stopped = client.store.message(reply_id)
+    assert stopped is not None and stopped.status == "cancelled" and stopped.content.startswith(text)
+
+    # A reply still being written when the page went away is ended at the next start.
+    client.store.conn.execute("UPDATE messages SET status = 'streaming' WHERE id = ?", (reply_id,))
+    client.stop()
+    client.store.close()
+    reloaded, _ = client_on(tmp_path / "local.db")
+    reloaded.start()
+    await asyncio.sleep(0.05)
+    reloaded.stop()
+    ended = reloaded.store.message(reply_id)
+    assert ended is not None and ended.status == "failed_upstream"
