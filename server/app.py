@@ -30,7 +30,7 @@ from server.limits import RateLimiter
 from server.live import Hub, SharedReads, follow
 from server.metrics import Metrics
 from server.openapi import DOCS_PAGE, MAX_INT, openapi
-from server.runs import RunWorker
+from server.runs import RunWorker, read_runs
 from server.store import (
     CursorExpired,
     InvalidPage,
@@ -219,6 +219,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
                 sessions.put(key, session)
         return session
 
+    def chat_arg() -> str | None:
+        chat_id = request.args.get("chatId")
+        if chat_id is None:
+            return None
+        try:
+            return str(uuid.UUID(chat_id))
+        except ValueError:
+            raise ApiError(400, "bad_request", "chatId must be a UUID.") from None
+
     async def require_session() -> SessionInfo:
         session = await session_of(request.headers, request.cookies)
         if session is None:
@@ -358,12 +367,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         up_to = int_arg(request.args, "upToSeq", None)
         limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         assert limit is not None
-        chat_id = request.args.get("chatId")
-        if chat_id is not None:
-            try:
-                chat_id = str(uuid.UUID(chat_id))
-            except ValueError:
-                raise ApiError(400, "bad_request", "chatId must be a UUID.") from None
+        chat_id = chat_arg()
         try:
             page = await store.read_state(
                 session.account_id, up_to, chat_id, limit, request.args.get("page")
@@ -433,6 +437,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         """The server-side assistants a client can request runs of."""
         await require_session()
         return json_response([a.public() for a in assistants.values()])
+
+    @app.get("/runs")
+    async def list_runs() -> Response:
+        """The assistant runs of one chat: how each ended, why, and what it cost."""
+        session = await require_session()
+        chat_id = chat_arg()
+        if chat_id is None:
+            raise ApiError(400, "bad_request", "chatId is required.")
+        return json_response(await read_runs(store.db, session.account_id, chat_id))
 
     @app.get("/healthz")
     async def healthz() -> Response:

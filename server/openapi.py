@@ -75,6 +75,22 @@ ASSISTANT = {
 }
 
 
+RUN = {
+    "type": "object",
+    "required": ["runId", "messageId", "assistantId", "status", "error", "promptTokens", "completionTokens", "usageReported"],
+    "properties": {
+        "runId": {"type": "string"},
+        "messageId": {"type": "string"},
+        "assistantId": {"type": "string"},
+        "status": {"type": "string", "enum": ["queued", "streaming", "completed", "failed_upstream", "cancelled"]},
+        "error": {"type": ["string", "null"]},
+        "promptTokens": {"type": ["integer", "null"]},
+        "completionTokens": {"type": ["integer", "null"]},
+        "usageReported": {"type": "boolean"},
+    },
+}
+
+
 def openapi() -> dict[str, Any]:
     models: list[tuple[type[BaseModel], Any]] = [
         (Credentials, "validation"),
@@ -158,6 +174,16 @@ def openapi() -> dict[str, Any]:
                     "summary": "The server-side assistants",
                     "security": sync_security,
                     "responses": _responses(200, {"type": "array", "items": ASSISTANT}, [401, 403, 429]),
+                }
+            },
+            "/runs": {
+                "get": {
+                    "summary": "The assistant runs of a chat: status, error, usage",
+                    "security": sync_security,
+                    "parameters": [
+                        {"name": "chatId", "in": "query", "required": True, "schema": {"type": "string", "format": "uuid"}},
+                    ],
+                    "responses": _responses(200, {"type": "array", "items": RUN}, [400, 401, 403, 429]),
                 }
             },
             "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "OK"}}}},

@@ -23,8 +23,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from server.assistants import Assistant
+from server.db import Database
 from server.event_store import SqlEventStore
 from shared.assistants import UpstreamError, Usage, history_along, turns_of
 from shared.ids import Uuid7Generator
@@ -44,6 +46,19 @@ class Run:
     chat_id: str
     message_id: str
     assistant_id: str
+
+
+async def read_runs(db: Database, account_id: str, chat_id: str) -> list[dict[str, Any]]:
+    """GET /runs: a chat's runs, oldest first, as the API shows them."""
+    async with db.transaction() as tx:
+        rows = await tx.fetchall(
+            """SELECT id, message_id, assistant_id, status, error, prompt_tokens, completion_tokens, usage_reported
+            FROM runs WHERE account_id = ? AND chat_id = ? ORDER BY requested_seq""",
+            account_id,
+            chat_id,
+        )
+    keys = ("runId", "messageId", "assistantId", "status", "error", "promptTokens", "completionTokens")
+    return [{**dict(zip(keys, row[:7])), "usageReported": bool(row[7])} for row in rows]
 
 
 class RunWorker:

@@ -28,10 +28,13 @@ from webapp.sync import Status, SyncEngine
 from webapp.transport import (
     AssistantInfo,
     NetworkError,
+    RunInfo,
     ServerError,
     Transport,
     Unauthorized,
 )
+
+ENDED = ("completed", "failed_upstream", "cancelled")
 
 # Until the server has told us its assistants (a first start offline): the one every server has.
 DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
@@ -97,6 +100,7 @@ class Client:
         self.editing: str | None = None  # the message the composer is editing, if any
         self.streaming: dict[str, str] = {}  # a streaming reply's text so far, from delta frames
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
+        self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
 
     # --- assistants ----------------------------------------------------------------------------
@@ -206,7 +210,38 @@ class Client:
                 live = self.streaming.get(row.id)
                 if live is not None and (row.status != "streaming" or len(row.content) >= len(live)):
                     del self.streaming[row.id]
-            self.view.set_html("messages", ui.messages(rows, self.streaming))
+            self.view.set_html("messages", ui.messages(rows, self.streaming, self.run_infos(self.selected)))
+            self._ask_for_runs(self.selected, rows)
+
+    # --- how the server's runs ended, and what they cost ------------------------------------------
+
+    def run_infos(self, chat_id: str) -> dict[str, RunInfo]:
+        """By reply id, as the server last said (kept for offline)."""
+        known = json.loads(self.store.setting("runs:" + chat_id) or "[]")
+        return {r["message_id"]: RunInfo(**r) for r in known}
+
+    def _ask_for_runs(self, chat_id: str, rows: list[Message]) -> None:
+        """A server-side reply of this chat ended and we do not know how: ask (once per cursor)."""
+        infos = self.run_infos(chat_id)
+        unknown = any(
+            r.run_id and r.status in ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows
+        )
+        if unknown and self.engine.status is Status.ONLINE and self._runs_asked.get(chat_id) != self.store.last_seq():
+            self._runs_asked[chat_id] = self.store.last_seq()
+            asyncio.ensure_future(self._fetch_runs(chat_id)).add_done_callback(_log_failure)
+
+    async def _fetch_runs(self, chat_id: str, tries: int = 5) -> None:
+        for _ in range(tries):
+            try:
+                found = await self.s.transport.runs(chat_id)
+            except (NetworkError, ServerError, Unauthorized):
+                return
+            await self.store.set_setting("runs:" + chat_id, json.dumps([r.__dict__ for r in found]))
+            if chat_id == self.selected:
+                self.view.set_html("messages", ui.messages(self.store.messages(chat_id), self.streaming, self.run_infos(chat_id)))
+            if all(r.status in ENDED for r in found):
+                return
+            await asyncio.sleep(1)  # a run's usage is written just after its reply ends
 
     # --- actions -------------------------------------------------------------------------------
 

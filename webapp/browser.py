@@ -37,6 +37,7 @@ from webapp.transport import (
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
+    RunInfo,
     ServerError,
     Unauthorized,
     close_error,
@@ -100,6 +101,9 @@ class BrowserLiveSocket:
 class BrowserTransport:
     async def assistants(self) -> list[AssistantInfo]:
         return [AssistantInfo(**a) for a in await _request("GET", "/assistants")]
+
+    async def runs(self, chat_id: str) -> list[RunInfo]:
+        return [RunInfo.from_wire(r) for r in await _request("GET", f"/runs?chatId={chat_id}")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")

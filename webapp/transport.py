@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from shared.models import (
     CaughtUpFrame,
@@ -52,11 +52,35 @@ class LiveSocket(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """GET /runs: how a server-side run ended, why, and what it cost."""
+
+    run_id: str
+    message_id: str
+    assistant_id: str
+    status: str
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    usage_reported: bool
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RunInfo:
+        return cls(
+            data["runId"], data["messageId"], data["assistantId"], data["status"], data["error"],
+            data["promptTokens"], data["completionTokens"], data["usageReported"],
+        )
+
+
 class Transport(Protocol):
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse: ...
 
     async def assistants(self) -> list[AssistantInfo]:
         """GET /assistants: the server's assistants."""
+
+    async def runs(self, chat_id: str) -> list[RunInfo]:
+        """GET /runs: the server-side runs of a chat."""
 
     async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse: ...
 

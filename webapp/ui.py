@@ -12,6 +12,7 @@ from html import escape
 from shared.models import Chat, Message
 from webapp.store import is_pending
 from webapp.sync import Status
+from webapp.transport import RunInfo
 
 STATUS_TEXT = {
     Status.CONNECTING: "Connecting…",
@@ -121,7 +122,15 @@ REPLY_NOTE = {
 }
 
 
-def messages(rows: list[Message], streaming: dict[str, str] | None = None) -> str:
+def _usage(info: RunInfo | None) -> str:
+    if info is None or info.completion_tokens is None:
+        return ""
+    if info.usage_reported:
+        return f"{info.prompt_tokens} + {info.completion_tokens} tokens"
+    return f"about {info.completion_tokens} tokens (counted here: the service did not say)"
+
+
+def messages(rows: list[Message], streaming: dict[str, str] | None = None, runs: dict[str, RunInfo] | None = None) -> str:
     items = []
     for message in rows:
         pending = is_pending(message)
@@ -133,6 +142,10 @@ def messages(rows: list[Message], streaming: dict[str, str] | None = None) -> st
             classes += f" {message.status}"
             content = (streaming or {}).get(message.id, content)
             note = REPLY_NOTE.get(message.status, "")
+            info = (runs or {}).get(message.id)
+            if info is not None and info.error and message.status == "failed_upstream":
+                note = f"The assistant could not answer: {info.error}."
+            note = " · ".join(part for part in (note, _usage(info)) if part)
             if message.status in ("queued", "streaming"):
                 action = ("stop-run", "Stop")
             elif message.status in ("failed_upstream", "cancelled"):

@@ -128,6 +128,15 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     assert await run_row(app, request["payload"]["runId"]) == {
         "status": "completed", "error": None, "prompt": 7, "completion": 30, "reported": 1, "calls": 1,
     }
+    # ...and what it cost is shown to the account, per chat.
+    runs = await (await client.get(f"/runs?chatId={chat}", headers=bearer(session))).get_json()
+    assert runs == [{
+        "runId": request["payload"]["runId"], "messageId": reply_id, "assistantId": "fake", "status": "completed",
+        "error": None, "promptTokens": 7, "completionTokens": 30, "usageReported": True,
+    }]
+    other = await signup(client, "other")
+    assert await (await client.get(f"/runs?chatId={chat}", headers=bearer(other))).get_json() == []
+    assert (await client.get("/runs", headers=bearer(session))).status_code == 400
 
 
 async def test_a_resubmitted_request_calls_the_upstream_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:

@@ -37,6 +37,7 @@ from webapp.transport import (
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
+    RunInfo,
     ServerError,
     Unauthorized,
     close_error,
@@ -173,6 +174,9 @@ class InProcessTransport:
 
     async def assistants(self) -> list[AssistantInfo]:
         return [AssistantInfo(**a) for a in await self._call("GET", "/assistants")]
+
+    async def runs(self, chat_id: str) -> list[RunInfo]:
+        return [RunInfo.from_wire(r) for r in await self._call("GET", f"/runs?chatId={chat_id}")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._call("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))

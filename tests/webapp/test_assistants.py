@@ -151,3 +151,35 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     reloaded.stop()
     ended = reloaded.store.message(reply_id)
     assert ended is not None and ended.status == "failed_upstream"
+
+
+async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.webapp.test_client import RecordingView
+    from webapp.app import Client, Services
+    from webapp.sync import Status
+
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05,
+                              demo_seconds_per_word=0.001))
+    async with app.test_app():
+        device = Device(app, await signup(app), tmp_path / "a.db")
+        view = RecordingView()
+        client = Client(Services(device.store, view, None, device.transport, new_id, lambda: T))  # type: ignore[arg-type]
+        client.engine = device.engine
+        client.engine.status = Status.ONLINE
+        await client.dispatch("new-chat", {})
+        await client.dispatch("send", {"text": "hello", "assistant": "demo"})
+        await client.dispatch("send", {"text": "and you?", "assistant": "nobody"})  # a server without it
+
+        for _ in range(200):
+            await device.sync()
+            client.redraw()
+            await asyncio.sleep(0.02)
+            if "tokens" in view.regions["messages"] and "no assistant" in view.regions["messages"]:
+                break
+        shown = view.regions["messages"]
+        assert "The assistant could not answer: there is no assistant &#x27;nobody&#x27; on this server." in shown
+        demo_usage = [i for i in client.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
+        assert [i.usage_reported for i in demo_usage] == [True]
+        assert f"{demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens" in shown
