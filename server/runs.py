@@ -113,7 +113,14 @@ class RunWorker:
         while len(self._running) < MAX_RUNS_PER_PROCESS and (run := await self._claim()) is not None:
             task = asyncio.ensure_future(self._execute(run))
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """(A run that failed here for another reason than its upstream keeps its lease until it
+        runs out; then any process ends it as interrupted.)"""
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("assistant run failed", exc_info=task.exception())
 
     async def idle(self) -> None:
         """Until every run this process started has ended (for tests and shutdown)."""

@@ -146,8 +146,7 @@ class Client:
         if frame.offset > len(have) or frame.offset + len(frame.text) <= len(have):
             return  # a gap, or nothing new
         self.streaming[reply.id] = have[: frame.offset] + frame.text
-        if reply.chat_id == self.selected:
-            self.view.set_html("messages", ui.messages(self.store.messages(reply.chat_id), self.streaming))
+        self._draw_messages(reply.chat_id)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -210,8 +209,14 @@ class Client:
                 live = self.streaming.get(row.id)
                 if live is not None and (row.status != "streaming" or len(row.content) >= len(live)):
                     del self.streaming[row.id]
-            self.view.set_html("messages", ui.messages(rows, self.streaming, self.run_infos(self.selected)))
+            self._draw_messages(self.selected, rows)
             self._ask_for_runs(self.selected, rows)
+
+    def _draw_messages(self, chat_id: str, rows: list[Message] | None = None) -> None:
+        """The chat's messages, if it is the one shown, with the text of replies still streaming."""
+        if chat_id == self.selected:
+            rows = self.store.messages(chat_id) if rows is None else rows
+            self.view.set_html("messages", ui.messages(rows, self.streaming, self.run_infos(chat_id)))
 
     # --- how the server's runs ended, and what they cost ------------------------------------------
 
@@ -237,8 +242,7 @@ class Client:
             except (NetworkError, ServerError, Unauthorized):
                 return
             await self.store.set_setting("runs:" + chat_id, json.dumps([r.__dict__ for r in found]))
-            if chat_id == self.selected:
-                self.view.set_html("messages", ui.messages(self.store.messages(chat_id), self.streaming, self.run_infos(chat_id)))
+            self._draw_messages(chat_id)
             if all(r.status in ENDED for r in found):
                 return
             await asyncio.sleep(1)  # a run's usage is written just after its reply ends
@@ -341,8 +345,8 @@ class Client:
     def _on_local_text(self, message_id: str, text: str) -> None:
         self.streaming[message_id] = text
         reply = self.store.message(message_id)
-        if reply is not None and reply.chat_id == self.selected:
-            self.view.set_html("messages", ui.messages(self.store.messages(reply.chat_id), self.streaming))
+        if reply is not None:
+            self._draw_messages(reply.chat_id)
 
     async def _end_orphaned_local_replies(self) -> None:
         """Replies this device was writing when the page went away: their model call died with it."""
