@@ -28,14 +28,20 @@ from shared.models import (
     ChatRef,
     DomainEvent,
     EventResult,
-    LoggedEvent,
     Message,
     MessageRef,
     RunCancel,
     RunRequest,
     format_time,
 )
-from shared.reducer import CANCELLABLE, DeleteChildren, Mutation, Patch, Upsert, apply
+from shared.reducer import (
+    CANCELLABLE,
+    DeleteChildren,
+    Mutation,
+    Patch,
+    Upsert,
+    mutations,
+)
 from shared.schema import TABLES, Dialect, Sql, Table
 
 EVENT_COLUMNS = (
@@ -233,7 +239,7 @@ class Appender:
             states = await self._prefetch(tx, self._db.dialect, group)
             now = format_time(self._clock())
             log_rows: list[tuple[Any, ...]] = []
-            mutations: list[tuple[str, Mutation]] = []
+            changes: list[tuple[str, Mutation]] = []
             runs: list[tuple[Any, ...]] = []
             outcomes = []
             for request in group:
@@ -251,15 +257,6 @@ class Appender:
                     assert isinstance(event, DomainEvent)
                     heads[account] += 1
                     seq = heads[account]
-                    # Built from an event validated already: no second validation.
-                    logged = LoggedEvent.model_construct(
-                        seq=seq,
-                        origin=request.origin,
-                        event_id=event.event_id,
-                        type=event.type,
-                        payload=event.payload,
-                        created_at=now,
-                    )
                     chat_of_message = None
                     if isinstance(event.payload, RunCancel):
                         chat_of_message = state.message_chat(event.payload.message_id)
@@ -268,7 +265,7 @@ class Appender:
                         (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),
                          now, request.origin, where.entity, where.chat, where.kind)
                     )
-                    mutations += [(account, m) for m in apply(logged)]
+                    changes += [(account, m) for m in mutations(event.type, event.payload, seq, now)]
                     if isinstance(event.payload, RunRequest):
                         p = event.payload
                         runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
@@ -277,7 +274,7 @@ class Appender:
                     results.append(EventResult.model_construct(event_id=event.event_id, status="accepted", seq=seq))
                 outcomes.append((results, heads[account]))
             if log_rows:
-                await self._write(tx, log_rows, mutations, {a: h for a, h in heads.items() if h != start[a]})
+                await self._write(tx, log_rows, changes, {a: h for a, h in heads.items() if h != start[a]})
             if runs:  # each accepted AssistantRunRequested: a durable run, queued
                 await tx.executemany(
                     "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "

@@ -78,10 +78,14 @@ def apply(event: DomainEvent) -> list[Mutation]:
     A ``LoggedEvent`` stamps its rows with its seq and the server's time. A plain ``DomainEvent``
     is a client's optimistic, still-pending change: its rows get ``PENDING_SEQ`` and the client's time.
     """
-    payload = event.payload
     seq = event.seq if isinstance(event, LoggedEvent) else PENDING_SEQ
-    at = event.created_at
-    match event.type:
+    return mutations(event.type, event.payload, seq, event.created_at)
+
+
+def mutations(kind: EventType, payload: Any, seq: int, at: str) -> list[Mutation]:
+    """``apply`` for an event given by its parts: its rows get ``seq`` and ``at`` (the server's
+    write path has them before it has, or needs, a LoggedEvent)."""
+    match kind:
         case EventType.CHAT_CREATED | EventType.CHAT_UPDATED:
             assert isinstance(payload, Chat)
             return [Upsert("chats", _row(payload, seq, at))]
@@ -111,11 +115,11 @@ def apply(event: DomainEvent) -> list[Mutation]:
                 status="queued",
                 assistant_id=payload.assistant_id,
                 run_id=payload.run_id,
-                created_at=event.created_at,
+                created_at=at,
             )
             return [Upsert("messages", _row(message, seq, at))]
         case EventType.ASSISTANT_RUN_CANCELLED:
             assert isinstance(payload, RunCancel)
             values = {"status": "cancelled", "updated_at": at, "last_seq": seq}
             return [Patch("messages", payload.message_id, values, CANCELLABLE)]
-    raise AssertionError(f"unhandled event type {event.type}")  # pragma: no cover
+    raise AssertionError(f"unhandled event type {kind}")  # pragma: no cover

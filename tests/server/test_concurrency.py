@@ -95,15 +95,15 @@ async def test_a_failing_request_does_not_fail_the_others_it_shared_a_transactio
 ) -> None:
     import server.appender
 
-    real_apply = server.appender.apply
+    real_mutations = server.appender.mutations
     poisoned = new_id()
 
-    def poisoned_apply(logged: Any) -> Any:
-        if logged.payload.id == poisoned:
+    def poisoned_mutations(kind: Any, payload: Any, seq: int, at: str) -> Any:
+        if payload.id == poisoned:
             raise RuntimeError("this request's own failure")
-        return real_apply(logged)
+        return real_mutations(kind, payload, seq, at)
 
-    monkeypatch.setattr(server.appender, "apply", poisoned_apply)
+    monkeypatch.setattr(server.appender, "mutations", poisoned_mutations)
     accounts = [new_id() for _ in range(10)]
     calls = [store.append(a, "dev", [DomainEvent.model_validate(chat_created(new_id()))]) for a in accounts]
     calls.insert(5, store.append(accounts[0], "dev", [DomainEvent.model_validate(chat_created(poisoned))]))

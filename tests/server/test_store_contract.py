@@ -70,21 +70,21 @@ async def test_an_error_in_the_middle_of_a_batch_applies_nothing(
 ) -> None:
     account, chat = new_id(), new_id()
     await store.append(account, "dev", parse(chat_created(chat)))
-    real_apply = server.appender.apply
-    calls = 0
+    real_runs = server.appender._runs
 
-    def failing_apply(logged: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:  # the second event of the batch: its log row is already inserted
-            raise RuntimeError("injected failure")
-        return real_apply(logged)
+    def failing_runs(*args: Any) -> Any:
+        # Called once the batch's log rows are inserted: the first run of state writes goes out,
+        # then the failure.
+        for index, run in enumerate(real_runs(*args)):
+            if index == 1 or len(run[1]) > 1:
+                raise RuntimeError("injected failure")
+            yield run
 
-    monkeypatch.setattr(server.appender, "apply", failing_apply)
+    monkeypatch.setattr(server.appender, "_runs", failing_runs)
     batch = parse(message("MessageAppended", new_id(), chat), message("MessageAppended", new_id(), chat))
     with pytest.raises(RuntimeError, match="injected"):
         await store.append(account, "dev", batch)
-    monkeypatch.setattr(server.appender, "apply", real_apply)
+    monkeypatch.setattr(server.appender, "_runs", real_runs)
 
     assert await store.current_seq(account) == 1
     assert [e.seq for e in (await store.read_updates(account, 0, 10)).events] == [1]
