@@ -56,3 +56,48 @@ async def until(http: httpx.AsyncClient, headers: dict[str, str], chat: str, rep
             return found
         await asyncio.sleep(0.05)
     raise AssertionError(f"never: {found}")
+
+
+async def test_two_processes_share_the_runs_of_one_postgresql_each_run_once(tmp_path: Path) -> None:
+    """Runs requested through either process are claimed by whichever is free (FOR UPDATE SKIP
+    LOCKED): every one is answered, the model called once per request, one answer at a time per chat."""
+    from tests.conftest import drop_schema, postgres_schema
+
+    upstream = FakeUpstream(delay=0.02, words=20)
+    await upstream.start()
+    schema, url = await postgres_schema()
+    settings = {"assistants": upstream.config(), "run_poll_seconds": "0.1"}
+    servers = [Server(url, tmp_path / f"{i}.log", **settings) for i in range(2)]
+    try:
+        for server in servers:
+            await asyncio.to_thread(server.start)
+        async with httpx.AsyncClient(base_url=servers[0].url) as first, httpx.AsyncClient(base_url=servers[1].url) as second:
+            token = (await first.post("/auth/signup", json={"username": "two", "password": "long enough"})).json()["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            replies: list[tuple[str, str]] = []
+            for chat_number in range(3):
+                chat, question = new_id(), new_id()
+                events = [chat_created(chat), message("MessageAppended", question, chat, f"q{chat_number}")]
+                for _ in range(2):  # two questions per chat, through both processes
+                    reply = new_id()
+                    events.append(event("AssistantRunRequested", {
+                        "runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply, "assistantId": "fake",
+                    }))
+                    replies.append((chat, reply))
+                via = first if chat_number % 2 else second
+                assert (await via.post("/sync/events", json={"events": events}, headers=headers)).status_code == 200
+            for chat, reply in replies:
+                done = await until(first, headers, chat, reply, lambda m: m["status"] not in ("queued", "streaming"))
+                assert done["status"] == "completed" and done["content"] == " ".join(f"word{i}" for i in range(20))
+            log = (await first.get("/sync/updates?afterSeq=0&limit=1000", headers=headers)).json()["events"]
+        assert upstream.calls == len(replies)
+        # In the log, a chat's answers never interleave: each ends before the next one starts.
+        for chat in {c for c, _ in replies}:
+            edits = [e["payload"]["id"] for e in log if e["type"] == "MessageEdited" and e["payload"]["chatId"] == chat]
+            assert len(set(edits)) == 2
+            first_reply = edits[0]
+            assert edits == [first_reply] * edits.count(first_reply) + [e for e in edits if e != first_reply]
+    finally:
+        for server in servers:
+            server.stop()
+        await drop_schema(schema)
