@@ -94,10 +94,12 @@ function underIoLock(work) {
   });
 }
 
-// Writes run one at a time, in the order Python asked for them.
+// Writes run one at a time, in the order Python asked for them, each with the bytes as they were
+// when it was asked for (storage.capture).
 let writeChain = Promise.resolve();
 function persist(pyodide, writes) {
-  const run = () => underIoLock(() => storage.write(pyodide, "/data", JSON.parse(writes)));
+  const captured = storage.capture(pyodide, "/data", JSON.parse(writes));
+  const run = () => underIoLock(() => storage.write(captured));
   writeChain = writeChain.then(run, run);
   return writeChain;
 }

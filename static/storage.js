@@ -66,27 +66,38 @@ export async function load(pyodide, dir) {
   return stored;
 }
 
-// writes: [[file name, [chunk index, ...]], ...]; the sizes of those files go with them.
-export async function write(pyodide, dir, writes) {
-  const tx = db.transaction(["chunks", "sizes"], "readwrite", { durability: "strict" });
-  const chunks = tx.objectStore("chunks");
-  const sizes = tx.objectStore("sizes");
-  for (const [name, indexes] of writes) {
+// writes: [[file name, [chunk index, ...]], ...]; the sizes of those files go with them. The bytes
+// are read now, when Python asks (the files as that commit left them), and stored later, in
+// order: a write queued behind another must not store what a later commit or checkpoint made of
+// the files, or a crash between the two could leave a state SQLite never committed.
+export function capture(pyodide, dir, writes) {
+  return writes.map(([name, indexes]) => {
     const path = `${dir}/${name}`;
     const size = pyodide.FS.analyzePath(path).exists ? pyodide.FS.stat(path).size : 0;
-    sizes.put(size, name);
-    if (!indexes.length) continue;
-    const stream = pyodide.FS.open(path, "r");
-    try {
-      for (const index of indexes) {
-        const start = index * CHUNK;
-        const chunk = new Uint8Array(Math.max(0, Math.min(CHUNK, size - start)));
-        pyodide.FS.read(stream, chunk, 0, chunk.length, start);
-        chunks.put(chunk, [name, index]);
+    const chunks = [];
+    if (indexes.length) {
+      const stream = pyodide.FS.open(path, "r");
+      try {
+        for (const index of indexes) {
+          const start = index * CHUNK;
+          const chunk = new Uint8Array(Math.max(0, Math.min(CHUNK, size - start)));
+          pyodide.FS.read(stream, chunk, 0, chunk.length, start);
+          chunks.push([index, chunk]);
+        }
+      } finally {
+        pyodide.FS.close(stream);
       }
-    } finally {
-      pyodide.FS.close(stream);
     }
+    return { name, size, chunks };
+  });
+}
+
+// Stores what capture() read: chunks and sizes in one strict readwrite transaction.
+export async function write(captured) {
+  const tx = db.transaction(["chunks", "sizes"], "readwrite", { durability: "strict" });
+  for (const { name, size, chunks } of captured) {
+    tx.objectStore("sizes").put(size, name);
+    for (const [index, chunk] of chunks) tx.objectStore("chunks").put(chunk, [name, index]);
   }
   await done(tx);
 }

@@ -22,8 +22,9 @@ Writes = list[tuple[str, list[int]]]
 
 
 class ChunkPersistence:
-    """``write(writes)`` must store the named chunks (read from the files as they are now) and
-    the files' sizes in one atomic, durable step; ``stored`` is {file name: size} of what the
+    """``write(writes)`` must store the named chunks and the files' sizes in one atomic, durable
+    step, reading them before it yields (the files as this flush found them: a later commit may
+    change them while the write waits its turn), and writes must be stored in the order asked; ``stored`` is {file name: size} of what the
     storage held when the database was opened (empty the first time: everything is stored then)."""
 
     def __init__(self, path: str, stored: dict[str, int], write: Callable[[Writes], Awaitable[None]]) -> None:
