@@ -164,6 +164,16 @@ class RunWorker:
             )
         return [Run(*(str(v) for v in row)) for row in rows]
 
+    async def _keep_lease(self, run: Run, holder: asyncio.Task[None] | None) -> bool:
+        """Renew the run's lease every third of it, whether or not the model is sending anything
+        (a slow model is not a dead process). Should the lease be lost, stop the run's task."""
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            if not await self._renew(run):
+                if holder is not None:
+                    holder.cancel()
+                return False
+
     async def _renew(self, run: Run) -> bool:
         async with self._db.transaction(write=True) as tx:
             row = await tx.fetchone(
@@ -239,6 +249,7 @@ class RunWorker:
         error_text: str | None = None
         last_checkpoint = time.monotonic()
         stream = assistant.model.stream(turns_of(history_along(messages, reply.parent_id)))
+        keeper = asyncio.ensure_future(self._keep_lease(run, asyncio.current_task()))
         try:
             async for piece in stream:
                 if piece.usage is not None:
@@ -255,11 +266,14 @@ class RunWorker:
                     if not await self._edit(reply, "streaming", content, run.account_id):
                         status = "cancelled"
                         break
-                    if not await self._renew(run):
-                        return  # another process failed it as expired: it is no longer ours
         except UpstreamError as e:
             status, error_text = "failed_upstream", str(e)
+        except asyncio.CancelledError:
+            if keeper.done() and not keeper.cancelled() and keeper.result() is False:
+                return  # the lease was lost: another process ended the run, it is not ours now
+            raise
         finally:
+            keeper.cancel()
             await stream.aclose()  # (a stopped run stops reading: the upstream stops generating)
 
         reported = usage is not None

@@ -224,3 +224,22 @@ async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, clie
     await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
     row = await run_row(app, request["payload"]["runId"])
     assert "no assistant 'nobody'" in row["error"] and upstream.calls == 0
+
+
+async def test_a_slow_model_keeps_its_run_alive_past_the_lease(database_url: str, upstream: FakeUpstream) -> None:
+    """The lease is renewed on a clock, not per token: a model slower than the lease is no crash."""
+    upstream.delay, upstream.words = 1.0, 3  # a second between words; the lease is 0.6 s
+    settings = Settings(
+        database_url=database_url, assistants=upstream.config(), run_poll_seconds=0.1, run_lease_seconds=0.6,
+        upstream_timeout_seconds=5.0,
+    )
+    app = create_app(settings)
+    async with app.test_app():
+        client = app.test_client(use_cookies=False)
+        session = await signup(client)
+        chat, question = await a_chat_with_a_question(client, session)
+        request = run_request(chat, question)
+        await post(client, session, request)
+        done = await until_status(client, session, chat, request["payload"]["messageId"], "completed", "failed_upstream")
+        assert done["status"] == "completed" and done["content"] == full_answer(3)
+        assert upstream.calls == 1
