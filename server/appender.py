@@ -93,6 +93,7 @@ class _AccountState:
         self.chats: set[str] = set()
         self.messages: dict[str, str | None] = {}
         self.statuses: dict[str, str] = {}
+        self.runs: set[str] = set()
         self.logged: dict[str, int] = {}  # eventId -> seq, for duplicates
 
     def chat_exists(self, chat_id: str) -> bool:
@@ -104,6 +105,9 @@ class _AccountState:
 
     def message_status(self, message_id: str) -> str | None:
         return self.statuses.get(message_id) if self.message_chat(message_id) else None
+
+    def run_exists(self, run_id: str) -> bool:
+        return run_id in self.runs
 
     def apply(self, event: DomainEvent) -> None:
         payload = event.payload
@@ -119,6 +123,7 @@ class _AccountState:
         elif isinstance(payload, RunRequest):
             self.messages[payload.message_id] = payload.chat_id
             self.statuses[payload.message_id] = "queued"
+            self.runs.add(payload.run_id)
         elif isinstance(payload, RunCancel) and self.statuses.get(payload.message_id) in CANCELLABLE:
             self.statuses[payload.message_id] = "cancelled"
 
@@ -278,7 +283,7 @@ class Appender:
             if runs:  # each accepted AssistantRunRequested: a durable run, queued
                 await tx.executemany(
                     "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, id) DO NOTHING",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     runs,
                 )
         return outcomes
@@ -290,9 +295,15 @@ class Appender:
         event_pairs: set[tuple[str, str]] = set()
         chat_pairs: set[tuple[str, str]] = set()
         message_pairs: set[tuple[str, str]] = set()
+        run_pairs: set[tuple[str, str]] = set()
         for request in group:
             chats, messages = _named_ids(request.events)
             event_pairs |= {(request.account_id, e.event_id) for e in request.events}
+            run_pairs |= {
+                (request.account_id, e.payload.run_id)
+                for e in request.events
+                if isinstance(e, DomainEvent) and isinstance(e.payload, RunRequest)
+            }
             chat_pairs |= {(request.account_id, c) for c in chats}
             message_pairs |= {(request.account_id, m) for m in messages}
         in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
@@ -300,6 +311,7 @@ class Appender:
         in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
         # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
         in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
+        in_runs, run_params = _pairs_in(dialect, "account_id, id", sorted(run_pairs))
         rows = await tx.fetchall(
             f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
             UNION ALL
@@ -309,11 +321,14 @@ class Appender:
             UNION ALL
             SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
                 JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
-                WHERE {in_messages_of_chats}""",
+                WHERE {in_messages_of_chats}
+            UNION ALL
+            SELECT 'r', account_id, id, NULL, NULL FROM runs WHERE {in_runs}""",
             *event_params,
             *message_params,
             *chat_params,
             *message_params,
+            *run_params,
         )
         for kind, account, key, value, status in rows:
             state = states[str(account)]
@@ -322,6 +337,8 @@ class Appender:
             elif kind == "m":
                 state.messages[str(key)] = str(value)
                 state.statuses[str(key)] = str(status)
+            elif kind == "r":
+                state.runs.add(str(key))
             else:
                 state.chats.add(str(key))
         return states

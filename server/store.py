@@ -155,6 +155,9 @@ class StateReader(Protocol):
     def message_status(self, message_id: str) -> str | None:
         """The status of an existing message."""
 
+    def run_exists(self, run_id: str) -> bool:
+        """Whether an assistant run with this id was ever requested."""
+
 
 # An assistant reply whose run has ended keeps its status for good: a run's late checkpoint or
 # final message cannot undo a Stop (a client may still edit the text).
@@ -175,6 +178,8 @@ def validation_error(event: DomainEvent, state: StateReader) -> str | None:
         if not state.chat_exists(payload.chat_id):
             return "unknown chat"
     if isinstance(payload, RunRequest):
+        if state.run_exists(payload.run_id):
+            return "this run already exists (a new request needs a new runId)"
         exists = state.message_chat(payload.message_id) is not None
         return "this message already exists" if exists else None
     if isinstance(payload, RunCancel):

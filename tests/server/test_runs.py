@@ -243,3 +243,18 @@ async def test_a_slow_model_keeps_its_run_alive_past_the_lease(database_url: str
         done = await until_status(client, session, chat, request["payload"]["messageId"], "completed", "failed_upstream")
         assert done["status"] == "completed" and done["content"] == full_answer(3)
         assert upstream.calls == 1
+
+
+async def test_a_request_reusing_a_run_id_is_rejected(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    first = run_request(chat, question)
+    again = run_request(chat, question)
+    again["payload"]["runId"] = first["payload"]["runId"]  # a new message, an old run
+    results = await post(client, session, first, again)
+    assert [r["status"] for r in results] == ["accepted", "rejected"] and "runId" in results[1]["error"]
+    later = run_request(chat, question)
+    later["payload"]["runId"] = first["payload"]["runId"]
+    [result] = await post(client, session, later)  # also in a later request
+    assert result["status"] == "rejected"
+    assert await reply(client, session, chat, later["payload"]["messageId"]) is None
