@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("sync stopped", exc_info=task.exception())
+        log.error("background task failed: %s", task.get_coro(), exc_info=task.exception())
 
 
 class View(Protocol):
@@ -94,7 +94,7 @@ class Client:
             self.redraw,
             self._status,
             on_delta=self._on_delta,
-            on_online=self._refresh_assistants,
+            on_online=self._on_online,
         )
         self.selected: str | None = None
         self.editing: str | None = None  # the message the composer is editing, if any
@@ -123,6 +123,9 @@ class Client:
     def chosen_assistant(self) -> str:
         chosen = self.store.setting("assistant")
         return chosen if chosen is not None else self.assistants()[0].id
+
+    def _on_online(self) -> None:
+        asyncio.ensure_future(self._refresh_assistants()).add_done_callback(_log_failure)
 
     async def _refresh_assistants(self) -> None:
         """Online again: ask the server which assistants it has (kept for offline starts)."""

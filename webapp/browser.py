@@ -100,7 +100,7 @@ class BrowserLiveSocket:
 
 class BrowserTransport:
     async def assistants(self) -> list[AssistantInfo]:
-        return [AssistantInfo(**a) for a in await _request("GET", "/assistants")]
+        return [AssistantInfo.from_wire(a) for a in await _request("GET", "/assistants")]
 
     async def runs(self, chat_id: str) -> list[RunInfo]:
         return [RunInfo.from_wire(r) for r in await _request("GET", f"/runs?chatId={chat_id}")]

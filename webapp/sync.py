@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from enum import StrEnum
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, Snapshot
@@ -46,7 +46,7 @@ class SyncEngine:
         min_backoff: float = 0.25,
         max_backoff: float = 10.0,
         on_delta: Callable[[DeltaFrame], None] = lambda frame: None,
-        on_online: Callable[[], Awaitable[None]] | None = None,
+        on_online: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -91,8 +91,7 @@ class SyncEngine:
                 await self.push()
                 self._set_status(Status.ONLINE)
                 backoff = self._min_backoff
-                if self._on_online is not None:
-                    await self._on_online()
+                self._on_online()
                 await self._follow_live()
             except Unauthorized:
                 self._set_status(Status.SIGNED_OUT)

@@ -44,6 +44,10 @@ class AssistantInfo:
     kind: str
     model: str
 
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> AssistantInfo:
+        return cls(str(data["id"]), str(data["name"]), str(data["kind"]), str(data["model"]))
+
 
 class LiveSocket(Protocol):
     async def receive(self) -> AnyFrame:

@@ -173,7 +173,7 @@ class InProcessTransport:
         return data
 
     async def assistants(self) -> list[AssistantInfo]:
-        return [AssistantInfo(**a) for a in await self._call("GET", "/assistants")]
+        return [AssistantInfo.from_wire(a) for a in await self._call("GET", "/assistants")]
 
     async def runs(self, chat_id: str) -> list[RunInfo]:
         return [RunInfo.from_wire(r) for r in await self._call("GET", f"/runs?chatId={chat_id}")]
