@@ -123,6 +123,10 @@ function wireEvents() {
     const box = document.querySelector("textarea[data-draft]");
     if (box) send("draft", { text: box.value, chat: box.dataset.chat });
   };
+  // The assistant chosen in the composer is remembered as soon as it is chosen.
+  document.addEventListener("change", (e) => {
+    if (e.target.matches("select[name=assistant]")) send("choose-assistant", { assistant: e.target.value });
+  });
   document.addEventListener("input", (e) => {
     if (!e.target.matches("textarea[data-draft]")) return;
     clearTimeout(draftTimer);
@@ -138,8 +142,9 @@ function wireEvents() {
     clearTimeout(draftTimer); // the message supersedes its draft
     draftTimer = null;
     send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
-    // Cleared now, not after Python has saved it: what the user types next goes in a clean box.
-    if (form.hasAttribute("data-reset")) form.reset();
+    // Cleared now, not after Python has saved it: what the user types next goes in a clean box
+    // (the text only: the assistant chosen stays chosen).
+    if (form.hasAttribute("data-reset")) form.querySelectorAll("textarea").forEach((box) => { box.value = ""; });
   });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && e.target.matches(".composer textarea")) {

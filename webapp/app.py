@@ -357,6 +357,9 @@ class Client:
             await self._submit(EventType.MESSAGE_EDITED, reply.model_copy(update={"status": "failed_upstream"}))
         self.redraw()
 
+    async def _on_choose_assistant(self, data: dict[str, Any]) -> None:
+        await self.store.set_setting("assistant", str(data.get("assistant", "")))
+
     async def _on_device_model(self, data: dict[str, Any]) -> None:
         """The on-device model's settings (empty: none)."""
         url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()

@@ -159,3 +159,19 @@ def test_a_model_on_this_device_streams_into_the_chat(browser: Browser, server: 
     assert upstream.requests[0]["messages"] == [{"role": "user", "content": "Hello, model"}]
     expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)  # and sent like any message
     context.close()
+
+
+def test_the_assistant_chosen_stays_chosen_after_sending(browser: Browser, server: Server) -> None:
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    sign(page, f"choice{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    page.click("[data-action=new-chat]")
+    send(page, "1 + 1", assistant="local-tools")
+    expect(page.locator(".message.assistant .content")).to_have_text("1 + 1 = 2")
+    expect(page.locator("textarea[name=text]")).to_have_value("")
+    expect(page.locator("select[name=assistant]")).to_have_value("local-tools")
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    expect(page.locator("select[name=assistant]")).to_have_value("local-tools")
+    context.close()

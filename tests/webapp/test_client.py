@@ -196,3 +196,12 @@ async def test_a_reply_grows_from_deltas_and_can_be_stopped_or_retried(tmp_path:
     assert isinstance(retry, DomainEvent) and retry.type == "AssistantRunRequested"
     assert retry.payload.parent_id == question.id and retry.payload.message_id != reply.id  # type: ignore[union-attr]
     assert isinstance(checkpoint, Message)
+
+
+async def test_the_assistant_chosen_is_remembered_when_chosen(tmp_path: Path) -> None:
+    client, view, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("choose-assistant", {"assistant": "local-tools"})
+    await client.dispatch("new-chat", {})
+    assert '<option value="local-tools" selected>' in view.regions["chat"]
