@@ -122,11 +122,6 @@ class RunWorker:
         if not task.cancelled() and task.exception() is not None:
             log.error("assistant run failed", exc_info=task.exception())
 
-    async def idle(self) -> None:
-        """Until every run this process started has ended (for tests and shutdown)."""
-        while self._running:
-            await asyncio.gather(*self._running, return_exceptions=True)
-
     # --- claiming -------------------------------------------------------------------------------
 
     def _now(self) -> str:
