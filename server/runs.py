@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 MAX_RUNS_PER_PROCESS = 32
 INTERRUPTED = "the server stopped while writing this answer"
+STOPPED = "the server was shut down while writing this answer"
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,10 @@ class RunWorker:
         except asyncio.CancelledError:
             if keeper.done() and not keeper.cancelled() and keeper.result() is False:
                 return  # the lease was lost: another process ended the run, it is not ours now
+            # The server is stopping: end the run now, with what it has, rather than leave it
+            # streaming until its lease runs out.
+            await self._edit(reply, "failed_upstream", content, run.account_id)
+            await self._finish(run, "failed_upstream", usage or Usage(0, pieces), usage is not None, STOPPED)
             raise
         finally:
             keeper.cancel()

@@ -258,3 +258,27 @@ async def test_a_request_reusing_a_run_id_is_rejected(app: Quart, client: Client
     [result] = await post(client, session, later)  # also in a later request
     assert result["status"] == "rejected"
     assert await reply(client, session, chat, later["payload"]["messageId"]) is None
+
+
+async def test_a_server_shut_down_mid_answer_ends_the_run_at_once(database_url: str, upstream: FakeUpstream) -> None:
+    upstream.delay, upstream.words = 0.05, 400
+    settings = Settings(database_url=database_url, assistants=upstream.config(), run_poll_seconds=0.1)
+    app = create_app(settings)
+    async with app.test_app():
+        client = app.test_client(use_cookies=False)
+        session = await signup(client)
+        chat, question = await a_chat_with_a_question(client, session)
+        request = run_request(chat, question)
+        await post(client, session, request)
+        await until_status(client, session, chat, request["payload"]["messageId"], "streaming")
+        await asyncio.sleep(0.3)
+    # (the app has shut down: its run was cancelled)
+    app = create_app(settings)
+    async with app.test_app():
+        client = app.test_client(use_cookies=False)
+        response = await client.post("/auth/login", json={"username": "alice", "password": "correct horse"})
+        session = await response.get_json()
+        ended = await reply(client, session, chat, request["payload"]["messageId"])
+        assert ended is not None and ended["status"] == "failed_upstream" and ended["content"]
+        row = await run_row(app, request["payload"]["runId"])
+        assert row["status"] == "failed_upstream" and "shut down" in row["error"] and row["completion"] > 0
