@@ -104,6 +104,35 @@ function persist(pyodide, writes) {
   return writeChain;
 }
 
+// The local helper's Python tool, in a worker of its own (static/python-worker.js): a snippet that
+// runs longer than `seconds` is stopped by ending the worker (the next one starts afresh).
+// Snippets run one at a time.
+let pythonWorker = null;
+let pythonChain = Promise.resolve();
+function runOnePython(code, seconds) {
+  pythonWorker ||= new Worker("/static/python-worker.js", { type: "module" });
+  const worker = pythonWorker;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      worker.terminate();
+      if (pythonWorker === worker) pythonWorker = null;
+      reject(new Error(`stopped after ${seconds} s without finishing`));
+    }, seconds * 1000);
+    worker.onmessage = (event) => {
+      clearTimeout(timer);
+      if (event.data.error !== undefined) reject(new Error(event.data.error));
+      else resolve(event.data.output);
+    };
+    worker.postMessage({ code });
+  });
+}
+function runPython(code, seconds) {
+  const run = () => runOnePython(code, seconds);
+  const result = pythonChain.then(run, run);
+  pythonChain = result.catch(() => {});
+  return result;
+}
+
 // One delegated listener for the whole UI: elements carry data-action, Python does the rest.
 function wireEvents() {
   const send = (action, data) => globalThis.chatDispatch?.(action, JSON.stringify(data));
@@ -172,7 +201,11 @@ async function boot() {
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
   pyodide.FS.mkdirTree("/data");
   const stored = await underIoLock(() => storage.load(pyodide, "/data"));
-  globalThis.chatHost = { persist: (writes) => persist(pyodide, writes), stored: JSON.stringify(stored) };
+  globalThis.chatHost = {
+    persist: (writes) => persist(pyodide, writes),
+    stored: JSON.stringify(stored),
+    runPython,
+  };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");
   storage.forgetLegacy(); // (main() stored everything as chunks)

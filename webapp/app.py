@@ -39,7 +39,6 @@ ENDED = ("completed", "failed_upstream", "cancelled")
 # Until the server has told us its assistants (a first start offline): the one every server has.
 DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
-LOCAL_ASSISTANTS: list[Assistant] = [ToolAssistant()]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +80,8 @@ class Services:
     # A model served on this device (base URL, model name): an OpenAI-compatible endpoint such as
     # Ollama's, called from here (in the browser: with fetch). None where there is no way to.
     device_model: Callable[[str, str], Model] | None = None
+    # Runs the local helper's Python snippets (in the browser: a worker that can be stopped).
+    python_tool: Callable[[str], Awaitable[str]] | None = None
 
 
 class Client:
@@ -109,7 +110,7 @@ class Client:
         """The server's assistants (as it last listed them), then those that run here."""
         known = self.store.setting("assistants")
         remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
-        local = list(LOCAL_ASSISTANTS)
+        local: list[Assistant] = [ToolAssistant(self.s.python_tool)]
         device = json.loads(self.store.setting("device_model") or "null")
         if device and self.s.device_model is not None:
             model = self.s.device_model(device["url"], device["model"])

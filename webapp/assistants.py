@@ -11,18 +11,16 @@ and the client applies them all the same way (through the outbox, so other devic
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
 import math
 import operator
 import re
-import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from shared.assistants import RunInput
 from shared.models import DomainEvent, EventType, Message, RunRequest
+from webapp.python_tool import run_python
 
 LOCAL_TOOLS_ID = "local-tools"
 DEVICE_MODEL_ID = "on-device"
@@ -48,6 +46,14 @@ class ToolAssistant:
     id = LOCAL_TOOLS_ID
     name = "Local helper (offline, tools)"
 
+    def __init__(self, python: Callable[[str], Awaitable[str]] | None = None) -> None:
+        """``python`` runs a snippet (the browser's runs it in a worker that can be stopped);
+        without it, here, in this interpreter."""
+        self.tools: dict[str, Callable[[str], Awaitable[str]]] = {
+            "calculator": _now(calculate),
+            "python": python or _now(run_python),
+        }
+
     async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
         question = run.question
         tool, source = choose_tool(question.content)
@@ -56,7 +62,7 @@ class ToolAssistant:
             call = self._message(run, "tool_call", json.dumps({"tool": tool, "input": source}), parent)
             yield self._event(run, EventType.TOOL_CALL_REQUESTED, call)
             try:
-                result = TOOLS[tool](source)
+                result = await self.tools[tool](source)
             except Exception as error:  # the tool's failure is the answer's subject, not a crash
                 failed = self._message(run, "error", f"{type(error).__name__}: {error}", call.id)
                 yield self._event(run, EventType.TOOL_CALL_FAILED, failed)
@@ -154,24 +160,12 @@ def calculate(expression: str) -> str:
     return str(result)
 
 
-def run_python(code: str) -> str:
-    """Run ``code`` here (in the browser: in Pyodide, in the page's own sandbox) and return what it
-    printed, and the value of its last line if that is an expression."""
-    tree = ast.parse(code, mode="exec")
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    namespace: dict[str, Any] = {"__name__": "__tool__"}
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        try:
-            exec(compile(tree, "<tool>", "exec"), namespace)
-            result = eval(compile(ast.Expression(last.value), "<tool>", "eval"), namespace) if last else None
-        except Exception:
-            lines = traceback.format_exc().strip().splitlines()
-            raise RuntimeError(lines[-1]) from None
-    printed = output.getvalue()
-    if result is not None:
-        printed += repr(result)
-    return printed.strip() or "(no output)"
 
 
-TOOLS: dict[str, Callable[[str], str]] = {"calculator": calculate, "python": run_python}
+def _now(tool: Callable[[str], str]) -> Callable[[str], Awaitable[str]]:
+    """A tool that answers at once, as the assistant awaits them all."""
+
+    async def run(source: str) -> str:
+        return tool(source)
+
+    return run

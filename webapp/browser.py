@@ -47,6 +47,20 @@ DB_PATH = "/data/chat.db"  # in Pyodide's in-memory FS, stored as chunks in Inde
 FRAME = TypeAdapter(Frame)
 
 
+# A local helper's Python snippet gets this long (the worker's start-up included) before it is stopped.
+PYTHON_TOOL_SECONDS = 20
+
+
+async def _run_python(code: str) -> str:
+    """The local helper's Python tool, in a worker of its own that a runaway snippet cannot freeze
+    the page from (static/app.js: runPython)."""
+    try:
+        return str(await js.chatHost.runPython(code, PYTHON_TOOL_SECONDS))
+    except Exception as error:  # the worker's report, as the tool's failure
+        message = str(getattr(error, "message", None) or error)
+        raise RuntimeError(message.removeprefix("Error: ")) from None
+
+
 async def _store_chunks(writes: Writes) -> None:
     """One strict IndexedDB transaction with these chunks and the files' sizes (static/app.js
     runs them one at a time, and only while this tab owns the database)."""
@@ -224,6 +238,7 @@ async def main() -> Client:
             new_id=new_id,
             now=_now,
             device_model=FetchModel,
+            python_tool=_run_python,
         )
     )
 

@@ -124,11 +124,15 @@ def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser,
     context.set_offline(True)
     send(page, "python: print(sum(range(10)))", assistant="local-tools")  # Python, run in Pyodide
     expect(page.locator(".message.tool_call .content")).to_have_text("Calls the python: print(sum(range(10)))")
-    expect(page.locator(".message.tool_result .content")).to_have_text("45")
+    expect(page.locator(".message.tool_result .content")).to_have_text("45", timeout=30_000)  # a worker starts
     expect(page.locator(".message.assistant .content")).to_have_text("I ran it. Output:\n45")
     expect(page.locator(".message.pending")).to_have_count(4)  # saved here, waiting for the network
     send(page, "2^8 + 1", assistant="local-tools")
     expect(page.locator(".message.assistant .content").last).to_have_text("2^8 + 1 = 257")
+    # A snippet that never ends is stopped (its worker ended), the page goes on, the next one runs.
+    stopped = page.evaluate("chatHost.runPython('while True: pass', 2).then(() => 'finished', (e) => e.message)")
+    assert stopped == "stopped after 2 s without finishing"
+    assert page.evaluate("chatHost.runPython('print(6 * 7)', 30)") == "42"
 
     context.set_offline(False)
     expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)

@@ -17,13 +17,8 @@ from shared.assistants import RunInput
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
 from tests.webapp.devices import Device, T, signup
-from webapp.assistants import (
-    LOCAL_TOOLS_ID,
-    ToolAssistant,
-    calculate,
-    choose_tool,
-    run_python,
-)
+from webapp.assistants import LOCAL_TOOLS_ID, ToolAssistant, calculate, choose_tool
+from webapp.python_tool import run_python
 
 new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
 

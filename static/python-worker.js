@@ -1,0 +1,26 @@
+// The local helper's Python tool runs here, in a Pyodide of its own, so that a snippet that never
+// ends can be stopped (the page terminates this worker) without freezing the page. It loads only
+// the standard library and our webapp/python_tool.py, from this origin (the service worker has
+// them for offline use).
+import { loadPyodide } from "/static/vendor/pyodide/pyodide.mjs";
+
+const ready = (async () => {
+  const [pyodide, bundle] = await Promise.all([
+    // The same lock file as the page's (the service worker has it, and pyodide's own is not shipped).
+    loadPyodide({ indexURL: "/static/vendor/pyodide/", lockFileURL: new URL("/static/vendor/app-lock.json", location).href }),
+    fetch("/py/app.zip").then((r) => r.arrayBuffer()),
+  ]);
+  pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
+  return pyodide.pyimport("webapp.python_tool").run_python;
+})();
+
+self.onmessage = async (event) => {
+  try {
+    const run = await ready;
+    self.postMessage({ output: run(event.data.code) });
+  } catch (error) {
+    // A Python exception's message ends with the line that matters ("ZeroDivisionError: ...").
+    const lines = String(error.message || error).trim().split("\n");
+    self.postMessage({ error: lines[lines.length - 1] });
+  }
+};
