@@ -19,8 +19,9 @@ self.onmessage = async (event) => {
     const run = await ready;
     self.postMessage({ output: run(event.data.code) });
   } catch (error) {
-    // A Python exception's message ends with the line that matters ("ZeroDivisionError: ...").
+    // A Python exception's message ends with the line that matters; run_python wraps the
+    // snippet's own error ("RuntimeError: ZeroDivisionError: ...") and the page wraps it again.
     const lines = String(error.message || error).trim().split("\n");
-    self.postMessage({ error: lines[lines.length - 1] });
+    self.postMessage({ error: lines[lines.length - 1].replace(/^RuntimeError: /, "") });
   }
 };

@@ -133,6 +133,8 @@ def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser,
     stopped = page.evaluate("chatHost.runPython('while True: pass', 2).then(() => 'finished', (e) => e.message)")
     assert stopped == "stopped after 2 s without finishing"
     assert page.evaluate("chatHost.runPython('print(6 * 7)', 30)") == "42"
+    failing = page.evaluate("chatHost.runPython('1 / 0', 30).then(() => 'finished', (e) => e.message)")
+    assert failing == "ZeroDivisionError: division by zero"
 
     context.set_offline(False)
     expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)
