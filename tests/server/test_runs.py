@@ -28,16 +28,15 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
     server.close()
 
 
+def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) -> Settings:
+    """The server's settings for these tests: the fake upstream as the assistant "fake"."""
+    defaults: dict[str, Any] = {"ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0}
+    return Settings(database_url=database_url, assistants=upstream.config(), **{**defaults, **overrides})
+
+
 @pytest.fixture
 async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]:
-    settings = Settings(
-        database_url=database_url,
-        ping_seconds=0.5,
-        assistants=upstream.config(),
-        run_poll_seconds=0.1,
-        upstream_timeout_seconds=1.0,
-    )
-    app = create_app(settings)
+    app = create_app(run_settings(database_url, upstream))
     async with app.test_app():
         yield app
 
@@ -229,11 +228,7 @@ async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, clie
 async def test_a_slow_model_keeps_its_run_alive_past_the_lease(database_url: str, upstream: FakeUpstream) -> None:
     """The lease is renewed on a clock, not per token: a model slower than the lease is no crash."""
     upstream.delay, upstream.words = 1.0, 3  # a second between words; the lease is 0.6 s
-    settings = Settings(
-        database_url=database_url, assistants=upstream.config(), run_poll_seconds=0.1, run_lease_seconds=0.6,
-        upstream_timeout_seconds=5.0,
-    )
-    app = create_app(settings)
+    app = create_app(run_settings(database_url, upstream, run_lease_seconds=0.6, upstream_timeout_seconds=5.0))
     async with app.test_app():
         client = app.test_client(use_cookies=False)
         session = await signup(client)
@@ -262,7 +257,7 @@ async def test_a_request_reusing_a_run_id_is_rejected(app: Quart, client: Client
 
 async def test_a_server_shut_down_mid_answer_ends_the_run_at_once(database_url: str, upstream: FakeUpstream) -> None:
     upstream.delay, upstream.words = 0.05, 400
-    settings = Settings(database_url=database_url, assistants=upstream.config(), run_poll_seconds=0.1)
+    settings = run_settings(database_url, upstream)
     app = create_app(settings)
     async with app.test_app():
         client = app.test_client(use_cookies=False)
