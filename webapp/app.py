@@ -111,11 +111,16 @@ class Client:
         known = self.store.setting("assistants")
         remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
         local: list[Assistant] = [ToolAssistant(self.s.python_tool)]
-        device = json.loads(self.store.setting("device_model") or "null")
+        device = self.device_model()
         if device and self.s.device_model is not None:
             model = self.s.device_model(device["url"], device["model"])
             local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model))
         return [RemoteAssistant(a.id, a.name) for a in remote] + local
+
+    def device_model(self) -> dict[str, str] | None:
+        """The model on this device the user set up ({"url", "model"}), if any."""
+        found: dict[str, str] | None = json.loads(self.store.setting("device_model") or "null")
+        return found
 
     def assistant(self, assistant_id: str) -> Assistant:
         found = next((a for a in self.assistants() if a.id == assistant_id), None)
@@ -160,7 +165,7 @@ class Client:
             self.view.set_html("root", ui.auth_form())
             self.view.focus("input[name=username]")
             return
-        device = json.loads(self.store.setting("device_model") or "null") or {}
+        device = self.device_model() or {}
         self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
