@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from server import auth
 from server.app import create_app, describe, open_store, utc_now
 from server.config import Settings, add_arguments
-from server.hypercorn_tweaks import decline_websocket_compression
 from server.store import UsernameTaken
+from server.tuning import decline_websocket_compression, tune_garbage_collection
 from shared.models import Credentials
 
 
@@ -97,6 +97,7 @@ async def _serve(settings: Settings) -> None:
         await stop.wait()
         app.extensions["hub"].go_away()  # live sockets close with 1001, clients reconnect elsewhere
 
+    tune_garbage_collection()
     print(f"serving on http://{settings.host}:{settings.port} ({settings.database_url})", file=sys.stderr)
     await serve(app, config, shutdown_trigger=shutdown)
 

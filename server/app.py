@@ -27,7 +27,7 @@ from server.db import open_database
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener, publish_delta
 from server.limits import RateLimiter
-from server.live import Hub, SharedReads, follow
+from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
 from server.metrics import Metrics
 from server.openapi import DOCS_PAGE, MAX_INT, openapi
 from server.runs import RunWorker, read_runs
@@ -103,10 +103,10 @@ def describe(error: ValidationError) -> str:
 
 def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Quart:
     app = Quart(__name__, static_folder=None)
+    app.asgi_app = KeepAsgiSend(app.asgi_app)  # type: ignore[method-assign]
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
-    hub = Hub()
-    reads = SharedReads(store)
+    hub = Hub(SharedReads(store))
     sync_limiter = RateLimiter(settings.rate_limit_per_minute, burst=max(1, settings.rate_limit_per_minute / 6))
     auth_limiter = RateLimiter(settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3))
     sessions = auth.SessionCache(settings.session_cache_seconds)
@@ -341,7 +341,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             batch.append(Rejected(event_id, error))
         results, current = await store.append(session.account_id, session.device_id, batch)
         if any(r.status == "accepted" for r in results):
-            hub.notify(session.account_id)
+            hub.notify(session.account_id, current)
             metrics.events_appended += sum(r.status == "accepted" for r in results)
             if any(isinstance(e, DomainEvent) and e.type is EventType.ASSISTANT_RUN_REQUESTED for e in batch):
                 runs.wake()
@@ -404,7 +404,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             return
         await store.record_cursor(session.account_id, session.device_id, cursor)
         await follow(
-            websocket.send, websocket.close, reads, hub, session.account_id, cursor, settings.ping_seconds
+            text_sender(websocket.scope), websocket.close, hub, session.account_id, cursor, settings.ping_seconds
         )
 
     # --- operations and static assets ----------------------------------------------------------

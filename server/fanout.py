@@ -77,7 +77,7 @@ class PostgresListener:
         if channel == DELTA_CHANNEL:
             self._hub.publish(account, rest)
         else:
-            self._hub.notify(account)
+            self._hub.notify(account, int(rest))
 
     async def _run(self) -> None:
         backoff = 0.1

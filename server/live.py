@@ -1,17 +1,21 @@
 """Live sockets: in-process fan-out (a commit wakes every live socket of its account) and the
 socket loop itself.
 
-A socket never receives events from here, only a wake-up; it then reads the events after its own
-cursor from the store. So a missed or merged wake-up can never cause a gap or a duplicate.
+A socket's events always come from a read of the store after its own cursor (the hub's read of a
+commit, shared by every socket at that cursor, or its own), begun after it was woken: so a missed
+or merged wake-up can never cause a gap or a duplicate, and every commit reaches every socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import json
-from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from server.store import CursorExpired, EventStore
 from shared.models import CaughtUpFrame, EventFrame, PingFrame
@@ -25,19 +29,121 @@ PING = json.dumps(PingFrame().wire())
 MAX_PENDING_DELTAS = 1000
 
 
+# Where a WebSocket's scope keeps the ASGI server's own send callable (see KeepAsgiSend).
+ASGI_SEND = "chat.asgi_send"
+
+
+class KeepAsgiSend:
+    """ASGI middleware: a WebSocket's scope keeps the server's send callable, so a live socket
+    sends each frame straight to it. Quart's ``websocket.send`` first awaits ``asyncio.sleep(0)``,
+    one more turn of the event loop per frame: a fan-out to a thousand sockets paid for a thousand
+    of them. A live socket yields on its own between pages (``follow``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            scope = {**scope, ASGI_SEND: send}
+        await self.app(scope, receive, send)
+
+
+def text_sender(scope: Mapping[str, Any]) -> Callable[[str], Awaitable[None]]:
+    """Send a text frame on the (accepted) WebSocket of this scope."""
+    send = scope[ASGI_SEND]
+
+    async def send_text(text: str) -> None:
+        await send({"type": "websocket.send", "text": text})
+
+    return send_text
+
+
 class Subscription:
-    """One live socket's mailbox: whether the log changed, and the delta frames to pass on."""
+    """One live socket's mailbox: whether the log changed (and the hub's read of it, when it has
+    one), and the delta frames to pass on."""
 
     def __init__(self) -> None:
         self.ready = asyncio.Event()
         self.log_changed = True  # the backlog is to be read first
+        self.cursor = 0  # where the socket stands in the log
+        self.woken = 0  # when it was last woken (SharedReads.now()): its next read begins after
+        self.page: Page | None = None
         self.deltas: deque[str] = deque(maxlen=MAX_PENDING_DELTAS)
         self.ping_due = False
 
 
-class Hub:
+@dataclass(frozen=True)
+class Page:
+    """One read of the log after ``after``, with each event's frame serialized once for every
+    socket."""
+
+    after: int
+    frames: list[tuple[int, str]]  # (seq, the JSON text of its event frame)
+    has_more: bool
+    current_seq: int
+
+
+class SharedReads:
+    """Sockets of one account that ask for the same (account, cursor) while a read of it is in
+    flight share that read (after a restart, a thousand reconnecting sockets cost one read), but
+    only a read begun after the caller's ``since``: a socket woken by a commit must not take a
+    read that began before the commit."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self._pending: dict[tuple[str, int], tuple[int, asyncio.Future[Page]]] = {}
+        self._ticks = itertools.count(1)
+
+    def now(self) -> int:
+        """A point in the order of reads: a read begun after it sees every commit made before."""
+        return next(self._ticks)
+
+    async def read(self, account_id: str, cursor: int, since: int) -> Page:
+        key = (account_id, cursor)
+        pending = self._pending.get(key)
+        if pending is None or pending[0] <= since:
+            pending = self._pending[key] = (self.now(), asyncio.ensure_future(self._read(account_id, cursor)))
+            pending[1].add_done_callback(functools.partial(self._forget, key, pending))
+        return await asyncio.shield(pending[1])
+
+    def _forget(self, key: tuple[str, int], pending: tuple[int, asyncio.Future[Page]], _: object) -> None:
+        if self._pending.get(key) is pending:
+            del self._pending[key]
+
+    async def _read(self, account_id: str, cursor: int) -> Page:
+        updates = await self._store.read_updates(account_id, cursor, BACKLOG_PAGE)
+        frames = [(e.seq, json.dumps(EventFrame(event=e).wire())) for e in updates.events]
+        return Page(cursor, frames, updates.has_more, updates.current_seq)
+
+
+class Feed:
+    """The live sockets of one account in this process, and how far the log has been read for
+    them."""
+
     def __init__(self) -> None:
-        self._listeners: dict[str, set[Subscription]] = defaultdict(set)
+        self.subscriptions: set[Subscription] = set()
+        # Every socket has been woken after a read of the log up to here began (-1: not known).
+        self.head = -1
+        self.wanted = 0  # a commit up to here is known of
+        self.unread = False  # a change of unknown seq is known of
+        self.reading = False
+
+
+class Hub:
+    """Wakes the live sockets of an account when its log changes.
+
+    A commit is read once, by the hub, before any socket wakes: the read starts after the commit,
+    from where the account's sockets stand, and every socket at that cursor takes its frames from
+    it without a read (or a wait) of its own; a socket elsewhere (still in its backlog) reads for
+    itself. Either way each socket's next frames come from a read begun after the commit, so a
+    notification of a seq already so read can be dropped, and one that comes during a read brings
+    another read after it.
+    """
+
+    def __init__(self, reads: SharedReads) -> None:
+        self._reads = reads
+        self._feeds: dict[str, Feed] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False
 
     def go_away(self) -> None:
@@ -45,77 +151,89 @@ class Hub:
         self.closing = True
         self.notify_all()
 
-    def subscribe(self, account_id: str) -> Subscription:
+    def subscribe(self, account_id: str, cursor: int = 0) -> Subscription:
         subscription = Subscription()
-        self._listeners[account_id].add(subscription)
+        subscription.cursor, subscription.woken = cursor, self._reads.now()
+        self._feeds.setdefault(account_id, Feed()).subscriptions.add(subscription)
         return subscription
 
     def unsubscribe(self, account_id: str, subscription: Subscription) -> None:
-        listeners = self._listeners.get(account_id)
-        if listeners is not None:
-            listeners.discard(subscription)
-            if not listeners:
-                del self._listeners[account_id]
+        feed = self._feeds.get(account_id)
+        if feed is not None:
+            feed.subscriptions.discard(subscription)
+            if not feed.subscriptions:
+                del self._feeds[account_id]
 
-    def notify(self, account_id: str) -> None:
-        """The account's log changed: its sockets read what is new after their own cursors."""
-        for subscription in self._listeners.get(account_id, ()):
+    def notify(self, account_id: str, seq: int | None = None) -> None:
+        """The account's log changed (up to ``seq``, when known): its sockets read what is new
+        after their own cursors. A commit already read for them costs nothing."""
+        feed = self._feeds.get(account_id)
+        if feed is None or (seq is not None and seq <= feed.head):
+            return
+        if seq is None:
+            feed.unread = True
+        else:
+            feed.wanted = max(feed.wanted, seq)
+        if not feed.reading:
+            feed.reading = True
+            task = asyncio.ensure_future(self._read_for(account_id, feed))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _read_for(self, account_id: str, feed: Feed) -> None:
+        try:
+            while (feed.unread or feed.wanted > feed.head) and feed.subscriptions:
+                known, feed.unread = feed.wanted, False
+                cursor = feed.head if feed.head >= 0 else max(s.cursor for s in feed.subscriptions)
+                try:
+                    page: Page | None = await self._reads.read(account_id, cursor, self._reads.now())
+                except Exception:  # the sockets read for themselves, and meet the error there
+                    page = None
+                if page is None or page.has_more:
+                    # The sockets' own reads, which begin after this, see everything committed
+                    # so far; where they stand is not known until the next read.
+                    feed.head, feed.unread, feed.wanted = -1, False, 0
+                else:
+                    feed.head = page.current_seq
+                    if feed.wanted == known:  # nothing new came while reading: all is read
+                        feed.wanted = 0
+                self._wake(feed, page)
+        finally:
+            feed.reading = False
+
+    def _wake(self, feed: Feed, page: Page | None) -> None:
+        now = self._reads.now()
+        for subscription in feed.subscriptions:
+            subscription.woken = now
+            subscription.page = page
             subscription.log_changed = True
             subscription.ready.set()
+
+    async def read(self, subscription: Subscription, account_id: str, cursor: int) -> Page:
+        """A socket's own read of the log after its cursor, begun after it was last woken (and
+        shared with others at that cursor)."""
+        return await self._reads.read(account_id, cursor, subscription.woken)
 
     def notify_all(self) -> None:
         """Wake every socket (after a notification may have been missed): each re-reads from its
         own cursor, so a spurious wake-up costs one read and nothing else."""
-        for account_id in list(self._listeners):
-            self.notify(account_id)
+        for feed in self._feeds.values():
+            self._wake(feed, None)
 
     def publish(self, account_id: str, frame: str) -> None:
         """Pass a non-durable frame (a ``delta``) to the account's sockets in this process."""
-        for subscription in self._listeners.get(account_id, ()):
+        feed = self._feeds.get(account_id)
+        for subscription in feed.subscriptions if feed is not None else ():
             subscription.deltas.append(frame)
             subscription.ready.set()
 
     def socket_count(self) -> int:
-        return sum(len(s) for s in self._listeners.values())
-
-
-@dataclass(frozen=True)
-class Page:
-    """One read of the log, with each event's frame serialized once for every socket."""
-
-    frames: list[tuple[int, str]]  # (seq, the JSON text of its event frame)
-    has_more: bool
-    current_seq: int
-
-
-class SharedReads:
-    """Sockets of one account woken by the same commit sit at the same cursor: the first one's
-    read of the log is shared with the others that ask for the same (account, cursor) while it is
-    in flight, so one commit costs one read, not one per socket."""
-
-    def __init__(self, store: EventStore) -> None:
-        self._store = store
-        self._pending: dict[tuple[str, int], asyncio.Future[Page]] = {}
-
-    async def read(self, account_id: str, cursor: int) -> Page:
-        key = (account_id, cursor)
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(self._read(account_id, cursor))
-            self._pending[key] = pending
-            pending.add_done_callback(lambda _: self._pending.pop(key, None))
-        return await asyncio.shield(pending)
-
-    async def _read(self, account_id: str, cursor: int) -> Page:
-        updates = await self._store.read_updates(account_id, cursor, BACKLOG_PAGE)
-        frames = [(e.seq, json.dumps(EventFrame(event=e).wire())) for e in updates.events]
-        return Page(frames, updates.has_more, updates.current_seq)
+        return sum(len(f.subscriptions) for f in self._feeds.values())
 
 
 async def follow(
     send: Callable[[str], Awaitable[None]],
     close: Callable[[int, str], Awaitable[None]],
-    reads: SharedReads,
     hub: Hub,
     account_id: str,
     cursor: int,
@@ -124,7 +242,7 @@ async def follow(
     """One live socket (PROTOCOL.md, WS /sync/live): the backlog after ``cursor``, ``caughtUp``,
     then every new event as it commits, pings while idle. Every event comes from the store after
     the socket's own cursor, so the stream has no gap and no duplicate."""
-    mailbox = hub.subscribe(account_id)  # before the backlog read, so no commit slips between
+    mailbox = hub.subscribe(account_id, cursor)  # before the backlog read: no commit slips between
     loop = asyncio.get_running_loop()
     sent_at = loop.time()
 
@@ -156,18 +274,21 @@ async def follow(
                 return
             if mailbox.log_changed:
                 mailbox.log_changed = False
-                try:
-                    page = await reads.read(account_id, cursor)
-                except CursorExpired:
-                    await close(4410, "cursor_expired")
-                    return
+                page, mailbox.page = mailbox.page, None
+                if page is None or page.after != cursor:
+                    try:
+                        page = await hub.read(mailbox, account_id, cursor)
+                    except CursorExpired:
+                        await close(4410, "cursor_expired")
+                        return
                 for _, frame in page.frames:
                     await deliver(frame)
                 if page.has_more:
-                    cursor = page.frames[-1][0]
+                    cursor = mailbox.cursor = page.frames[-1][0]
                     mailbox.log_changed = True
+                    await asyncio.sleep(0)  # a long backlog takes turns with the other sockets
                     continue
-                cursor = max(cursor, page.current_seq)
+                cursor = mailbox.cursor = max(cursor, page.current_seq)
                 if not caught_up:
                     caught_up = True
                     await deliver(json.dumps(CaughtUpFrame(seq=cursor).wire()))

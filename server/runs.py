@@ -68,7 +68,7 @@ class RunWorker:
         store: SqlEventStore,
         assistants: dict[str, Assistant],
         publish_delta: Callable[[str, DeltaFrame], Awaitable[None]],
-        notify: Callable[[str], None],
+        notify: Callable[[str, int], None],
         clock: Callable[[], datetime],
         lease_seconds: float = 30.0,
         poll_seconds: float = 1.0,
@@ -213,9 +213,9 @@ class RunWorker:
         message or its chat deleted)."""
         edited = reply.model_copy(update={"status": status, "content": content, "updated_at": None, "last_seq": None})
         event = DomainEvent(event_id=self._new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=self._now())
-        [result], _ = await self._store.append(account_id, "server", [event])
+        [result], current = await self._store.append(account_id, "server", [event])
         if result.status == "accepted":
-            self._notify(account_id)
+            self._notify(account_id, current)
         return result.status == "accepted"
 
     async def _end_message(self, run: Run, status: str) -> None:

@@ -8,8 +8,14 @@ import asyncpg
 
 from server.appender import NOTIFY_CHANNEL
 from server.fanout import PostgresListener
-from server.live import Hub, Subscription
+from server.live import Hub, SharedReads, Subscription
+from server.store import Updates
 from tests.conftest import POSTGRES_URL
+
+
+class EmptyLog:
+    async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
+        return Updates(events=[], has_more=False, current_seq=after_seq)
 
 
 async def woken(mailbox: Subscription, timeout: float = 10) -> bool:
@@ -22,7 +28,7 @@ async def woken(mailbox: Subscription, timeout: float = 10) -> bool:
 
 
 async def test_notifications_wake_the_account_and_a_lost_connection_comes_back() -> None:
-    hub = Hub()
+    hub = Hub(SharedReads(EmptyLog()))  # type: ignore[arg-type]
     mine, other = hub.subscribe("account-a"), hub.subscribe("account-b")
     listener = PostgresListener(POSTGRES_URL, hub, max_backoff=0.2)
     await listener.start()

@@ -80,7 +80,7 @@ async def test_close_codes(app: Quart) -> None:
         assert await receive(ws) == {"type": "caughtUp", "seq": 0}
 
 
-async def test_sockets_woken_by_one_commit_share_one_read() -> None:
+async def test_reads_of_one_cursor_in_flight_together_are_one_read() -> None:
     from server.live import SharedReads
     from server.store import Updates
     from shared.models import LoggedEvent
@@ -96,12 +96,18 @@ async def test_sockets_woken_by_one_commit_share_one_read() -> None:
             return Updates(events=[event], has_more=False, current_seq=after_seq + 1)
 
     reads = SharedReads(CountingStore())  # type: ignore[arg-type]
-    pages = await asyncio.gather(*(reads.read("a", 5) for _ in range(100)))
+    woken = reads.now()
+    pages = await asyncio.gather(*(reads.read("a", 5, woken) for _ in range(100)))
     assert calls == 1 and all(p.frames == pages[0].frames for p in pages)
     assert pages[0].frames[0][0] == 6 and json.loads(pages[0].frames[0][1])["event"]["seq"] == 6
-    await reads.read("a", 6)  # another cursor: another read
-    await reads.read("a", 5)  # the first read is over: a new one
+    await reads.read("a", 6, woken)  # another cursor: another read
+    await reads.read("a", 5, woken)  # the first read is over: a new one
     assert calls == 3
+    # A caller woken after a read began (by a commit it may not see) does not share it.
+    first = asyncio.ensure_future(reads.read("a", 5, reads.now()))
+    await asyncio.sleep(0)
+    await asyncio.gather(first, reads.read("a", 5, reads.now()), reads.read("a", 5, woken))
+    assert calls == 5
 
 
 async def test_delta_frames_reach_the_accounts_sockets_in_order(app: Quart, client: Client) -> None:

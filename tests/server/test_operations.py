@@ -70,7 +70,7 @@ async def test_shutdown_closes_live_sockets_with_going_away(tmp_path: Path) -> N
 
 
 async def test_the_server_declines_websocket_compression(tmp_path: Path) -> None:
-    # Each compressed socket would keep ~90 KiB of zlib state (server/hypercorn_tweaks.py).
+    # Each compressed socket would keep ~90 KiB of zlib state (server/tuning.py).
     server = Server(f"sqlite:///{tmp_path / 'chat.db'}", tmp_path / "server.log")
     await asyncio.to_thread(server.start)
     try:
