@@ -161,23 +161,28 @@ def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> t
     return sql, [v for pair in pairs for v in pair]
 
 
-async def lock_heads(tx: Tx, dialect: Dialect, account_ids: list[str]) -> list[tuple[str, int, int]]:
+def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Any]]:
     """Create the accounts' log head rows if need be and lock them until commit (PostgreSQL's
     ON CONFLICT DO UPDATE takes the row locks, in account order, so two processes cannot
-    deadlock; SQLite's write transaction is exclusive). Returns (account, head seq, min available
-    seq) in account order."""
-    ordered = sorted(set(account_ids))
+    deadlock; SQLite's write transaction is exclusive)."""
     params: list[Any]
     if dialect == "postgres":
         rows_sql, params = "SELECT unnest(?::text[]) ORDER BY 1", [ordered]
     else:
         rows_sql, params = "VALUES " + ", ".join("(?)" for _ in ordered), list(ordered)
-    rows = await tx.fetchall(
+    sql = (
         f"INSERT INTO logs (account_id) {rows_sql}"
         " ON CONFLICT (account_id) DO UPDATE SET head_seq = logs.head_seq"
-        " RETURNING account_id, head_seq, min_available_seq",
-        *params,
+        " RETURNING account_id, head_seq, min_available_seq"
     )
+    return sql, params
+
+
+async def lock_heads(tx: Tx, dialect: Dialect, account_ids: list[str]) -> list[tuple[str, int, int]]:
+    """Lock the accounts' log head rows (see ``_lock_sql``). Returns (account, head seq, min
+    available seq) in account order."""
+    sql, params = _lock_sql(dialect, sorted(set(account_ids)))
+    rows = await tx.fetchall(sql, *params)
     return sorted((str(r[0]), int(r[1]), int(r[2])) for r in rows)
 
 
@@ -238,10 +243,8 @@ class Appender:
 
     async def _transaction(self, group: list[_Request]) -> list[tuple[list[EventResult], int]]:
         async with self._db.transaction(write=True) as tx:
-            locked = await lock_heads(tx, self._db.dialect, [r.account_id for r in group])
-            heads = {a: h for a, h, _ in locked}
+            heads, states = await _lock_and_prefetch(tx, self._db.dialect, group)
             start = dict(heads)
-            states = await self._prefetch(tx, self._db.dialect, group)
             now = format_time(self._clock())
             log_rows: list[tuple[Any, ...]] = []
             changes: list[tuple[str, Mutation]] = []
@@ -288,61 +291,6 @@ class Appender:
                 )
         return outcomes
 
-    @staticmethod
-    async def _prefetch(tx: Tx, dialect: Dialect, group: list[_Request]) -> dict[str, _AccountState]:
-        """One read for the whole transaction: the eventIds already logged, and the named rows."""
-        states = {r.account_id: _AccountState() for r in group}
-        event_pairs: set[tuple[str, str]] = set()
-        chat_pairs: set[tuple[str, str]] = set()
-        message_pairs: set[tuple[str, str]] = set()
-        run_pairs: set[tuple[str, str]] = set()
-        for request in group:
-            chats, messages = _named_ids(request.events)
-            event_pairs |= {(request.account_id, e.event_id) for e in request.events}
-            run_pairs |= {
-                (request.account_id, e.payload.run_id)
-                for e in request.events
-                if isinstance(e, DomainEvent) and isinstance(e.payload, RunRequest)
-            }
-            chat_pairs |= {(request.account_id, c) for c in chats}
-            message_pairs |= {(request.account_id, m) for m in messages}
-        in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
-        in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
-        in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
-        # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
-        in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
-        in_runs, run_params = _pairs_in(dialect, "account_id, id", sorted(run_pairs))
-        rows = await tx.fetchall(
-            f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
-            UNION ALL
-            SELECT 'm', account_id, id, chat_id, status FROM messages WHERE {in_messages}
-            UNION ALL
-            SELECT 'c', account_id, id, NULL, NULL FROM chats WHERE {in_chats}
-            UNION ALL
-            SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
-                JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
-                WHERE {in_messages_of_chats}
-            UNION ALL
-            SELECT 'r', account_id, id, NULL, NULL FROM runs WHERE {in_runs}""",
-            *event_params,
-            *message_params,
-            *chat_params,
-            *message_params,
-            *run_params,
-        )
-        for kind, account, key, value, status in rows:
-            state = states[str(account)]
-            if kind == "e":
-                state.logged[str(key)] = int(value)
-            elif kind == "m":
-                state.messages[str(key)] = str(value)
-                state.statuses[str(key)] = str(status)
-            elif kind == "r":
-                state.runs.add(str(key))
-            else:
-                state.chats.add(str(key))
-        return states
-
     async def _write(
         self,
         tx: Tx,
@@ -353,8 +301,20 @@ class Appender:
         """The writes, in order, as few statements as possible: the log rows, their eventIds and
         the new heads in one statement on PostgreSQL; then the state mutations in runs (see
         ``_runs``), each run one statement."""
+        runs = list(_runs(mutations, self._db.dialect))
         if self._db.dialect == "postgres":
-            await tx.execute(_PG_LOG_WRITE, _json_rows(log_rows))
+            # The leading upserts ride along, one per table: no row is written twice in one
+            # statement, and they still come before the mutations after them.
+            tables: list[Table] = []
+            for upserts, run in runs:
+                table = TABLES[run[0][1].table]
+                if not upserts or table in tables:
+                    break
+                tables.append(table)
+            folded, runs = runs[: len(tables)], runs[len(tables) :]
+            await tx.execute(
+                _pg_log_write(tuple(tables)), _json_rows(log_rows), *(_upsert_rows(table, run) for table, (_, run) in zip(tables, folded))
+            )
         else:
             id_rows = [(row[0], row[2], row[1]) for row in log_rows]
             for name, columns, rows in (("events", EVENT_COLUMNS, log_rows), ("event_ids", EVENT_ID_COLUMNS, id_rows)):
@@ -363,14 +323,98 @@ class Appender:
             await tx.executemany(
                 "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
             )
-        for upserts, run in _runs(mutations, self._db.dialect):
+        for upserts, run in runs:
             if upserts:  # PostgreSQL: one statement for the run, its rows in one JSON parameter
                 table = TABLES[run[0][1].table]
-                rows = [(account, *(m.row[c] for c in table.column_names)) for account, m in run]  # type: ignore[union-attr]
-                await tx.execute(_pg_upsert(table), _json_rows(rows))
+                await tx.execute(_pg_upsert(table), _upsert_rows(table, run))
             else:
                 rendered = [self._sql.mutation(m, account) for account, m in run]
                 await tx.executemany(rendered[0][0], [params for _, params in rendered])
+
+
+async def _lock_and_prefetch(
+    tx: Tx, dialect: Dialect, group: list[_Request]
+) -> tuple[dict[str, int], dict[str, _AccountState]]:
+    """Lock the group's log heads, then read, for the whole transaction, the eventIds already
+    logged and the rows the events name. Returns each account's head seq and state.
+
+    On PostgreSQL both go in one statement, which also reads the heads as of its snapshot: that
+    snapshot is taken before the lock is granted, so when a head moved meanwhile (another
+    transaction of the account committed while this one waited for its lock) the rows are read
+    again, now under the lock. Without contention that is one round trip instead of two."""
+    accounts = sorted({r.account_id for r in group})
+    query, params = _prefetch_query(dialect, group)
+    if dialect == "postgres":
+        lock, lock_params = _lock_sql(dialect, accounts)
+        rows = await tx.fetchall(
+            f"""WITH locked AS ({lock})
+            SELECT 'h', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM locked
+            UNION ALL
+            SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])
+            UNION ALL
+            {query}""",
+            *lock_params,
+            accounts,
+            *params,
+        )
+        heads = {str(r[1]): int(r[3]) for r in rows if r[0] == "h"}
+        seen = {str(r[1]): int(r[3]) for r in rows if r[0] == "s"}
+        if any(seen.get(a, 0) != h for a, h in heads.items()):
+            rows = await tx.fetchall(query, *params)
+    else:
+        heads = {a: h for a, h, _ in await lock_heads(tx, dialect, accounts)}
+        rows = await tx.fetchall(query, *params)
+    states = {r.account_id: _AccountState() for r in group}
+    for kind, account, key, value, status in rows:
+        if kind in ("h", "s"):
+            continue
+        state = states[str(account)]
+        if kind == "e":
+            state.logged[str(key)] = int(value)
+        elif kind == "m":
+            state.messages[str(key)] = str(value)
+            state.statuses[str(key)] = str(status)
+        elif kind == "r":
+            state.runs.add(str(key))
+        else:
+            state.chats.add(str(key))
+    return heads, states
+
+
+def _prefetch_query(dialect: Dialect, group: list[_Request]) -> tuple[str, list[Any]]:
+    """One read for the whole transaction: the eventIds already logged, and the named rows."""
+    event_pairs: set[tuple[str, str]] = set()
+    chat_pairs: set[tuple[str, str]] = set()
+    message_pairs: set[tuple[str, str]] = set()
+    run_pairs: set[tuple[str, str]] = set()
+    for request in group:
+        chats, messages = _named_ids(request.events)
+        event_pairs |= {(request.account_id, e.event_id) for e in request.events}
+        run_pairs |= {
+            (request.account_id, e.payload.run_id)
+            for e in request.events
+            if isinstance(e, DomainEvent) and isinstance(e.payload, RunRequest)
+        }
+        chat_pairs |= {(request.account_id, c) for c in chats}
+        message_pairs |= {(request.account_id, m) for m in messages}
+    in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
+    in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
+    in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
+    # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
+    in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
+    in_runs, run_params = _pairs_in(dialect, "account_id, id", sorted(run_pairs))
+    query = f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
+        UNION ALL
+        SELECT 'm', account_id, id, chat_id, status FROM messages WHERE {in_messages}
+        UNION ALL
+        SELECT 'c', account_id, id, NULL, NULL FROM chats WHERE {in_chats}
+        UNION ALL
+        SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
+            JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
+            WHERE {in_messages_of_chats}
+        UNION ALL
+        SELECT 'r', account_id, id, NULL, NULL FROM runs WHERE {in_runs}"""
+    return query, [*event_params, *message_params, *chat_params, *message_params, *run_params]
 
 
 def _runs(mutations: list[tuple[str, Mutation]], dialect: Dialect) -> Iterator[tuple[bool, list[tuple[str, Mutation]]]]:
@@ -431,20 +475,28 @@ def _from_json_rows(columns: tuple[tuple[str, str], ...]) -> str:
     return f"SELECT {values} FROM jsonb_array_elements(?::jsonb) AS r"
 
 
+def _upsert_rows(table: Table, run: list[tuple[str, Mutation]]) -> str:
+    return _json_rows([(account, *(m.row[c] for c in table.column_names)) for account, m in run])  # type: ignore[union-attr]
+
+
 # PostgreSQL tells every server process of each commit (server/fanout.py listens): the payload is
 # "<account> <seq>", delivered at commit, in commit order; nothing is sent for a rollback.
 NOTIFY_CHANNEL = "chat_log"
 
-# One round trip for three writes and the notifications (they touch different tables, so one
-# statement may hold them): the log rows; their eventIds; each account's new head, its last seq.
-_PG_LOG_WRITE = f"""WITH logged AS (
+# One round trip for the log rows, their eventIds, each account's new head (its last seq), the
+# notifications and the given tables' upserts: they touch different tables, so one statement may
+# hold them all (its parts see one snapshot, none another's writes).
+@functools.cache
+def _pg_log_write(upserts: tuple[Table, ...]) -> str:
+    also = "".join(f", upsert_{table.name} AS ({_pg_upsert(table)})" for table in upserts)
+    return f"""WITH logged AS (
         INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
         {_from_json_rows(EVENT_COLUMNS)}
         RETURNING account_id, event_id, seq
     ), remembered AS (
         INSERT INTO event_ids ({", ".join(n for n, _ in EVENT_ID_COLUMNS)})
         SELECT account_id, event_id, seq FROM logged
-    )
+    ){also}
     UPDATE logs SET head_seq = heads.head_seq
     FROM (SELECT account_id, max(seq) AS head_seq FROM logged GROUP BY account_id) AS heads
     WHERE logs.account_id = heads.account_id

@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from server.appender import Appender
+from server.db import open_database
 from server.event_store import SqlEventStore
 from shared.models import DomainEvent
+from tests.conftest import drop_schema, postgres_schema
 from tests.server.events import chat_created, new_id
+from tests.server.events import message as event_message
 from tests.server.stores import Clock, open_store
 
 WRITERS, EVENTS_EACH, READERS = 8, 25, 4
@@ -112,3 +115,47 @@ async def test_a_failing_request_does_not_fail_the_others_it_shared_a_transactio
     assert isinstance(outcomes.pop(5), RuntimeError)
     assert all(not isinstance(o, BaseException) and o[0][0].status == "accepted" for o in outcomes)
     assert [await store.current_seq(a) for a in accounts] == [1] * len(accounts)
+
+
+async def test_a_transaction_that_waited_for_the_lock_sees_what_the_one_before_it_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two server processes append to one account at once. The second one's read of the
+    account's rows must show what the first committed while the second waited for its lock
+    (PostgreSQL takes a statement's snapshot before the lock is granted)."""
+    schema, url = await postgres_schema()
+    first, second = SqlEventStore(open_database(url), Clock()), SqlEventStore(open_database(url), Clock())
+    await first.open()
+    await second.open()
+    writing, release = asyncio.Event(), asyncio.Event()
+    try:
+        account, chat = new_id(), new_id()
+        created = chat_created(chat)
+        real_write = Appender._write
+
+        async def paused_write(self: Appender, *args: Any) -> None:
+            if self is first._appender:  # the first process holds the lock until released
+                writing.set()
+                await release.wait()
+            await real_write(self, *args)
+
+        monkeypatch.setattr(Appender, "_write", paused_write)
+        creating = asyncio.ensure_future(first.append(account, "dev-1", [DomainEvent.model_validate(created)]))
+        await asyncio.wait_for(writing.wait(), 10)
+        message = DomainEvent.model_validate(event_message("MessageAppended", new_id(), chat))
+        retry = DomainEvent.model_validate(created)  # its eventId: committed by the first meanwhile
+        adding = asyncio.ensure_future(second.append(account, "dev-2", [retry, message]))
+        async with asyncio.timeout(10):  # the second's statement has started, and waits for the lock
+            while not await first.db.read_one(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH locked AS%'"
+            ):
+                await asyncio.sleep(0.01)
+        release.set()
+        assert (await creating)[0][0].status == "accepted"
+        results, head = await adding
+        assert [(r.status, r.seq) for r in results] == [("duplicate", 1), ("accepted", 2)] and head == 2
+    finally:
+        release.set()
+        await first.close()
+        await second.close()
+        await drop_schema(schema)
