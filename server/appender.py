@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import pydantic_core
 
 from server.db import Database, Tx
 from server.store import Rejected, validation_error
@@ -256,11 +257,11 @@ class Appender:
                 for event in request.events:
                     seq = state.logged.get(event.event_id)
                     if seq is not None:
-                        results.append(EventResult.model_construct(event_id=event.event_id, status="duplicate", seq=seq))
+                        results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
                         continue
                     error = event.error if isinstance(event, Rejected) else validation_error(event, state)
                     if error is not None:
-                        results.append(EventResult.model_construct(event_id=event.event_id, status="rejected", error=error))
+                        results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
                         continue
                     assert isinstance(event, DomainEvent)
                     heads[account] += 1
@@ -279,7 +280,7 @@ class Appender:
                         runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
                     state.apply(event)
                     state.logged[event.event_id] = seq
-                    results.append(EventResult.model_construct(event_id=event.event_id, status="accepted", seq=seq))
+                    results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))
                 outcomes.append((results, heads[account]))
             if log_rows:
                 await self._write(tx, log_rows, changes, {a: h for a, h in heads.items() if h != start[a]})
@@ -467,7 +468,7 @@ def _pg_upsert(table: Table) -> str:
 # Many rows go to PostgreSQL as ONE parameter, a JSON array of arrays: the statement text is the
 # same whatever the count, and encoding it costs a fraction of one array parameter per column.
 def _json_rows(rows: list[tuple[Any, ...]]) -> str:
-    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+    return pydantic_core.to_json(rows).decode()  # (pydantic's Rust encoder: twice json's speed)
 
 
 def _from_json_rows(columns: tuple[tuple[str, str], ...]) -> str:
