@@ -4,8 +4,9 @@ Concurrent ``append`` calls queue up; a writer task (a few per process) takes ev
 and appends it in ONE transaction: the log head rows of all the accounts involved are locked (in
 account order, so two processes cannot deadlock), one read fetches every duplicate eventId and
 every row the events name, validation runs in memory against that read plus the batch's own
-earlier events, and the writes go out as a few multi-row statements. A transaction costs about
-the same whether it carries one event or a thousand, so under load the cost per event falls.
+earlier events, and the writes go out as a few multi-row statements. On PostgreSQL that is four
+round trips: BEGIN, the lock with the read, the writes, COMMIT. A transaction costs about the same
+whether it carries one event or a thousand, so under load the cost per event falls.
 
 Each request is still atomic: it is all in one transaction. If that transaction fails and held
 other requests too, each request is retried alone, so one request cannot fail another.
