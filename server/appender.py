@@ -300,9 +300,9 @@ class Appender:
         mutations: list[tuple[str, Mutation]],
         heads: dict[str, int],
     ) -> None:
-        """The writes, in order, as few statements as possible: the log rows, their eventIds and
-        the new heads in one statement on PostgreSQL; then the state mutations in runs (see
-        ``_runs``), each run one statement."""
+        """The writes, in order, as few statements as possible: on PostgreSQL the log rows, their
+        eventIds, the new heads and the leading upserts in one statement; then the state mutations
+        in runs (see ``_runs``), each run one statement."""
         runs = list(_runs(mutations, self._db.dialect))
         if self._db.dialect == "postgres":
             # The leading upserts ride along, one per table: no row is written twice in one
@@ -314,9 +314,8 @@ class Appender:
                     break
                 tables.append(table)
             folded, runs = runs[: len(tables)], runs[len(tables) :]
-            await tx.execute(
-                _pg_log_write(tuple(tables)), _json_rows(log_rows), *(_upsert_rows(table, run) for table, (_, run) in zip(tables, folded))
-            )
+            upsert_rows = [_upsert_rows(table, run) for table, (_, run) in zip(tables, folded)]
+            await tx.execute(_pg_log_write(tuple(tables)), _json_rows(log_rows), *upsert_rows)
         else:
             id_rows = [(row[0], row[2], row[1]) for row in log_rows]
             for name, columns, rows in (("events", EVENT_COLUMNS, log_rows), ("event_ids", EVENT_ID_COLUMNS, id_rows)):
