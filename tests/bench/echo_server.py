@@ -13,6 +13,7 @@ from quart import Response, request
 
 from server.app import create_app
 from server.config import Settings
+from server.tuning import decline_websocket_compression, tune_garbage_collection
 
 
 def main() -> None:
@@ -33,6 +34,8 @@ def main() -> None:
 
     config = Config()
     config.bind = [f"127.0.0.1:{port}"]
+    decline_websocket_compression()
+    tune_garbage_collection()
     asyncio.run(serve(app, config))  # type: ignore[arg-type]
 
 
