@@ -8,6 +8,13 @@ earlier events, and the writes go out as a few multi-row statements. On PostgreS
 round trips: BEGIN, the lock with the read, the writes, COMMIT. A transaction costs about the same
 whether it carries one event or a thousand, so under load the cost per event falls.
 
+On PostgreSQL a group whose accounts all have a log and whose writes fit in one statement (the
+common case: new and edited messages and chats) first goes the optimistic way, in two round
+trips (``Appender._optimistic``): the read without a lock or a transaction, then one statement
+that locks the heads and writes only if none has moved since the read. Every write to an
+account's state moves its head, so an unmoved head means the read is still the state. When one
+has moved, that statement wrote nothing, and the group goes the locking way above.
+
 Each request is still atomic: it is all in one transaction. If that transaction fails and held
 other requests too, each request is retried alone, so one request cannot fail another.
 """
@@ -23,7 +30,7 @@ from typing import Any
 
 import pydantic_core
 
-from server.db import Database, Tx
+from server.db import Database, PostgresDatabase, Tx
 from server.store import Rejected, validation_error
 from shared.models import (
     Chat,
@@ -196,6 +203,15 @@ class _Request:
     done: asyncio.Future[tuple[list[EventResult], int]] = field(repr=False)
 
 
+@dataclass
+class _Plan:
+    outcomes: list[tuple[list[EventResult], int]] = field(default_factory=list)
+    log_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    changes: list[tuple[str, Mutation]] = field(default_factory=list)
+    runs: list[tuple[Any, ...]] = field(default_factory=list)  # rows of the runs table
+    heads: dict[str, int] = field(default_factory=dict)  # the accounts' new heads
+
+
 class Appender:
     def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
         self._db = db
@@ -244,54 +260,101 @@ class Appender:
                 request.done.set_result(outcome)
 
     async def _transaction(self, group: list[_Request]) -> list[tuple[list[EventResult], int]]:
+        if isinstance(self._db, PostgresDatabase):
+            outcomes = await self._optimistic(self._db, group)
+            if outcomes is not None:
+                return outcomes
         async with self._db.transaction(write=True) as tx:
             heads, states = await _lock_and_prefetch(tx, self._db.dialect, group)
-            start = dict(heads)
-            now = format_time(self._clock())
-            log_rows: list[tuple[Any, ...]] = []
-            changes: list[tuple[str, Mutation]] = []
-            runs: list[tuple[Any, ...]] = []
-            outcomes = []
-            for request in group:
-                account, state = request.account_id, states[request.account_id]
-                results: list[EventResult] = []
-                for event in request.events:
-                    seq = state.logged.get(event.event_id)
-                    if seq is not None:
-                        results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
-                        continue
-                    error = event.error if isinstance(event, Rejected) else validation_error(event, state)
-                    if error is not None:
-                        results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
-                        continue
-                    assert isinstance(event, DomainEvent)
-                    heads[account] += 1
-                    seq = heads[account]
-                    chat_of_message = None
-                    if isinstance(event.payload, RunCancel):
-                        chat_of_message = state.message_chat(event.payload.message_id)
-                    where = footprint(event, chat_of_message)
-                    log_rows.append(
-                        (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),
-                         now, request.origin, where.entity, where.chat, where.kind)
-                    )
-                    changes += [(account, m) for m in mutations(event.type, event.payload, seq, now)]
-                    if isinstance(event.payload, RunRequest):
-                        p = event.payload
-                        runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
-                    state.apply(event)
-                    state.logged[event.event_id] = seq
-                    results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))
-                outcomes.append((results, heads[account]))
-            if log_rows:
-                await self._write(tx, log_rows, changes, {a: h for a, h in heads.items() if h != start[a]})
-            if runs:  # each accepted AssistantRunRequested: a durable run, queued
+            plan = self._plan(group, heads, states)
+            if plan.log_rows:
+                await self._write(tx, plan.log_rows, plan.changes, plan.heads)
+            if plan.runs:  # each accepted AssistantRunRequested: a durable run, queued
                 await tx.executemany(
                     "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    runs,
+                    plan.runs,
                 )
-        return outcomes
+        return plan.outcomes
+
+    async def _optimistic(
+        self, db: PostgresDatabase, group: list[_Request]
+    ) -> list[tuple[list[EventResult], int]] | None:
+        """The group in two statements, each a transaction of its own: a read (no lock), then one
+        write that locks the heads and writes only if none moved since the read. None when this
+        cannot be done (a new account, writes that need more than one statement, a head that
+        moved): the caller then takes the locking path, and nothing was written."""
+        accounts = sorted({r.account_id for r in group})
+        query, params = _prefetch_query("postgres", group)
+        async with db.autocommit() as tx:
+            rows = await tx.fetchall(
+                f"""SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs
+                WHERE account_id = ANY(?::text[])
+                UNION ALL
+                {query}""",
+                accounts,
+                *params,
+            )
+            heads = {str(r[1]): int(r[3]) for r in rows if r[0] == "s"}
+            if len(heads) != len(accounts):
+                return None  # a new account: its head row is made under the lock
+            expected = [heads[a] for a in accounts]
+            plan = self._plan(group, heads, _states(group, rows))
+            if not plan.log_rows:
+                return plan.outcomes  # duplicates and rejections only: nothing to write
+            runs = list(_runs(plan.changes, "postgres"))
+            tables = _leading_upsert_tables(runs)
+            if plan.runs or len(tables) != len(runs):
+                return None
+            written = await tx.fetchall(
+                _pg_log_write(tuple(tables), if_heads_are=True),
+                accounts,
+                accounts,
+                expected,
+                _json_rows(plan.log_rows),
+                *(_upsert_rows(table, run) for table, (_, run) in zip(tables, runs)),
+            )
+        return plan.outcomes if written else None
+
+    def _plan(self, group: list[_Request], heads: dict[str, int], states: dict[str, _AccountState]) -> _Plan:
+        """Validate the group's events against the state read and assign their seqs: the results,
+        and what to write."""
+        start = dict(heads)
+        now = format_time(self._clock())
+        plan = _Plan()
+        for request in group:
+            account, state = request.account_id, states[request.account_id]
+            results: list[EventResult] = []
+            for event in request.events:
+                seq = state.logged.get(event.event_id)
+                if seq is not None:
+                    results.append(EventResult(event_id=event.event_id, status="duplicate", seq=seq))
+                    continue
+                error = event.error if isinstance(event, Rejected) else validation_error(event, state)
+                if error is not None:
+                    results.append(EventResult(event_id=event.event_id, status="rejected", error=error))
+                    continue
+                assert isinstance(event, DomainEvent)
+                heads[account] += 1
+                seq = heads[account]
+                chat_of_message = None
+                if isinstance(event.payload, RunCancel):
+                    chat_of_message = state.message_chat(event.payload.message_id)
+                where = footprint(event, chat_of_message)
+                plan.log_rows.append(
+                    (account, seq, event.event_id, str(event.type), event.payload.model_dump_json(by_alias=True),
+                     now, request.origin, where.entity, where.chat, where.kind)
+                )
+                plan.changes += [(account, m) for m in mutations(event.type, event.payload, seq, now)]
+                if isinstance(event.payload, RunRequest):
+                    p = event.payload
+                    plan.runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
+                state.apply(event)
+                state.logged[event.event_id] = seq
+                results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))
+            plan.outcomes.append((results, heads[account]))
+        plan.heads = {a: h for a, h in heads.items() if h != start[a]}
+        return plan
 
     async def _write(
         self,
@@ -307,12 +370,7 @@ class Appender:
         if self._db.dialect == "postgres":
             # The leading upserts ride along, one per table: no row is written twice in one
             # statement, and they still come before the mutations after them.
-            tables: list[Table] = []
-            for upserts, run in runs:
-                table = TABLES[run[0][1].table]
-                if not upserts or table in tables:
-                    break
-                tables.append(table)
+            tables = _leading_upsert_tables(runs)
             folded, runs = runs[: len(tables)], runs[len(tables) :]
             upsert_rows = [_upsert_rows(table, run) for table, (_, run) in zip(tables, folded)]
             await tx.execute(_pg_log_write(tuple(tables)), _json_rows(log_rows), *upsert_rows)
@@ -365,6 +423,11 @@ async def _lock_and_prefetch(
     else:
         heads = {a: h for a, h, _ in await lock_heads(tx, dialect, accounts)}
         rows = await tx.fetchall(query, *params)
+    return heads, _states(group, rows)
+
+
+def _states(group: list[_Request], rows: list[tuple[Any, ...]]) -> dict[str, _AccountState]:
+    """The accounts' states from the prefetch read's rows (its other rows, heads, are skipped)."""
     states = {r.account_id: _AccountState() for r in group}
     for kind, account, key, value, status in rows:
         if kind in ("h", "s"):
@@ -379,7 +442,19 @@ async def _lock_and_prefetch(
             state.runs.add(str(key))
         else:
             state.chats.add(str(key))
-    return heads, states
+    return states
+
+
+def _leading_upsert_tables(runs: list[tuple[bool, list[tuple[str, Mutation]]]]) -> list[Table]:
+    """The tables of the leading upsert runs, one run per table, that can ride in the log write
+    (no row is written twice in one statement, and they still come before the runs after them)."""
+    tables: list[Table] = []
+    for upserts, run in runs:
+        table = TABLES[run[0][1].table]
+        if not upserts or table in tables:
+            break
+        tables.append(table)
+    return tables
 
 
 def _prefetch_query(dialect: Dialect, group: list[_Request]) -> tuple[str, list[Any]]:
@@ -454,13 +529,13 @@ def _shape(mutation: Mutation) -> tuple[Any, ...]:
 
 
 @functools.cache
-def _pg_upsert(table: Table) -> str:
+def _pg_upsert(table: Table, where: str = "") -> str:
     columns = (("account_id", "text"),) + tuple(
         (c.name, "bigint" if c.type == "integer" else "text") for c in table.columns
     )
     updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
     return (
-        f"INSERT INTO {table.name} ({', '.join(n for n, _ in columns)}) {_from_json_rows(columns)} "
+        f"INSERT INTO {table.name} ({', '.join(n for n, _ in columns)}) {_from_json_rows(columns)} {where} "
         f"ON CONFLICT (account_id, id) DO UPDATE SET {updates}"
     )
 
@@ -486,13 +561,26 @@ NOTIFY_CHANNEL = "chat_log"
 
 # One round trip for the log rows, their eventIds, each account's new head (its last seq), the
 # notifications and the given tables' upserts: they touch different tables, so one statement may
-# hold them all (its parts see one snapshot, none another's writes).
+# hold them all (its parts see one snapshot, none another's writes). With ``if_heads_are`` the
+# statement first locks the heads (its first two parameters: the accounts, in order, and their
+# expected heads) and writes nothing unless every one is as expected: then it returns no rows.
 @functools.cache
-def _pg_log_write(upserts: tuple[Table, ...]) -> str:
-    also = "".join(f", upsert_{table.name} AS ({_pg_upsert(table)})" for table in upserts)
-    return f"""WITH logged AS (
+def _pg_log_write(upserts: tuple[Table, ...], if_heads_are: bool = False) -> str:
+    check, where = "", ""
+    if if_heads_are:
+        check = """locked AS (
+            SELECT account_id, head_seq FROM logs WHERE account_id = ANY(?::text[]) ORDER BY account_id FOR UPDATE
+        ), expected AS (
+            SELECT * FROM unnest(?::text[], ?::bigint[]) AS e(account_id, head_seq)
+        ), unmoved AS (
+            SELECT (SELECT count(*) FROM expected) = count(*) AS ok
+            FROM locked JOIN expected USING (account_id) WHERE locked.head_seq = expected.head_seq
+        ), """
+        where = "WHERE (SELECT ok FROM unmoved)"
+    also = "".join(f", upsert_{table.name} AS ({_pg_upsert(table, where)})" for table in upserts)
+    return f"""WITH {check}logged AS (
         INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
-        {_from_json_rows(EVENT_COLUMNS)}
+        {_from_json_rows(EVENT_COLUMNS)} {where}
         RETURNING account_id, event_id, seq
     ), remembered AS (
         INSERT INTO event_ids ({", ".join(n for n, _ in EVENT_ID_COLUMNS)})

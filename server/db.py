@@ -218,6 +218,14 @@ class PostgresDatabase:
             except asyncpg.UniqueViolationError as e:
                 raise UniqueViolation(str(e)) from e
 
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[Tx]:
+        """A connection on which each statement is a transaction of its own."""
+        if self._pool is None:
+            raise DatabaseUnavailable("the database is not open")
+        async with self._pool.acquire() as conn:
+            yield _PostgresTx(conn)
+
     async def read_one(self, sql: str, *params: Any) -> Row | None:
         if self._pool is None:
             raise DatabaseUnavailable("the database is not open")

@@ -159,3 +159,52 @@ async def test_a_transaction_that_waited_for_the_lock_sees_what_the_one_before_i
         await first.close()
         await second.close()
         await drop_schema(schema)
+
+
+async def test_a_head_that_moves_between_the_read_and_the_write_sends_the_append_down_the_locking_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On PostgreSQL an append to a known account reads without a lock, then writes in one
+    statement that checks, under the lock, that the heads have not moved. Here another process
+    commits in between: the write must write nothing, and the append is done again under the lock."""
+    import server.appender
+    from server.db import _PostgresTx
+
+    schema, url = await postgres_schema()
+    first, second = SqlEventStore(open_database(url), Clock()), SqlEventStore(open_database(url), Clock())
+    await first.open()
+    await second.open()
+    try:
+        account, chat = new_id(), new_id()
+        await first.append(account, "dev-1", [DomainEvent.model_validate(chat_created(new_id()))])
+        created = chat_created(chat)
+        real_fetchall, cut_in = _PostgresTx.fetchall, []
+
+        async def fetchall(self: _PostgresTx, sql: str, *params: Any) -> Any:
+            if "FOR UPDATE" in sql and not cut_in:  # the first's write: the second commits first
+                cut_in.append(None)
+                cut_in[0] = await second.append(account, "dev-2", [DomainEvent.model_validate(created)])
+            return await real_fetchall(self, sql, *params)
+
+        locking = 0
+        real_lock_and_prefetch = server.appender._lock_and_prefetch
+
+        async def counting(*args: Any) -> Any:
+            nonlocal locking
+            locking += 1
+            return await real_lock_and_prefetch(*args)
+
+        monkeypatch.setattr(_PostgresTx, "fetchall", fetchall)
+        monkeypatch.setattr(server.appender, "_lock_and_prefetch", counting)
+        message = DomainEvent.model_validate(event_message("MessageAppended", new_id(), chat))
+        results, head = await first.append(account, "dev-1", [DomainEvent.model_validate(created), message])
+
+        assert [(r.status, r.seq) for r in cut_in[0][0]] == [("accepted", 2)]
+        assert [(r.status, r.seq) for r in results] == [("duplicate", 2), ("accepted", 3)] and head == 3
+        assert locking == 1  # the first's write wrote nothing; its append was done under the lock
+        updates = await first.read_updates(account, 0, 10)
+        assert [e.seq for e in updates.events] == [1, 2, 3]
+    finally:
+        await first.close()
+        await second.close()
+        await drop_schema(schema)
