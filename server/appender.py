@@ -218,14 +218,16 @@ class Appender:
         self._clock = clock
         self._sql = Sql(db.dialect, scoped=True)
         self._queue: list[_Request] = []
-        self._writers: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.Task[None]] = set()  # (held: the loop keeps only weak references)
+        self._draining = 0  # writers still taking from the queue
 
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
         request = _Request(account_id, origin, events, asyncio.get_running_loop().create_future())
         self._queue.append(request)
-        if len(self._writers) < MAX_WRITERS:
+        if self._draining < MAX_WRITERS:
+            self._draining += 1
             writer = asyncio.ensure_future(self._drain())
             self._writers.add(writer)
             writer.add_done_callback(self._writers.discard)
@@ -234,30 +236,36 @@ class Appender:
         return await asyncio.shield(request.done)
 
     async def _drain(self) -> None:
-        while self._queue:
-            taken, size = 0, 0
-            while taken < len(self._queue) and (
-                taken == 0 or size + len(self._queue[taken].events) <= MAX_EVENTS_PER_TRANSACTION
-            ):
-                size += len(self._queue[taken].events)
-                taken += 1
-            group, self._queue = self._queue[:taken], self._queue[taken:]
-            try:
-                outcomes = await self._transaction(group)
-            except Exception as error:
-                if len(group) == 1:
-                    group[0].done.set_exception(error)
+        """Append queued groups until the queue is empty. A writer stops counting as one the moment
+        it finds the queue empty, not when its task is done (later): a request queued in between
+        starts a writer of its own rather than waiting for the next request to start one."""
+        try:
+            while self._queue:
+                taken, size = 0, 0
+                while taken < len(self._queue) and (
+                    taken == 0 or size + len(self._queue[taken].events) <= MAX_EVENTS_PER_TRANSACTION
+                ):
+                    size += len(self._queue[taken].events)
+                    taken += 1
+                group, self._queue = self._queue[:taken], self._queue[taken:]
+                try:
+                    outcomes = await self._transaction(group)
+                except Exception as error:
+                    if len(group) == 1:
+                        group[0].done.set_exception(error)
+                        continue
+                    for request in group:  # alone, each request fails or succeeds on its own
+                        try:
+                            [outcome] = await self._transaction([request])
+                        except Exception as own_error:
+                            request.done.set_exception(own_error)
+                        else:
+                            request.done.set_result(outcome)
                     continue
-                for request in group:  # alone, each request fails or succeeds on its own
-                    try:
-                        [outcome] = await self._transaction([request])
-                    except Exception as own_error:
-                        request.done.set_exception(own_error)
-                    else:
-                        request.done.set_result(outcome)
-                continue
-            for request, outcome in zip(group, outcomes):
-                request.done.set_result(outcome)
+                for request, outcome in zip(group, outcomes):
+                    request.done.set_result(outcome)
+        finally:
+            self._draining -= 1
 
     async def _transaction(self, group: list[_Request]) -> list[tuple[list[EventResult], int]]:
         if isinstance(self._db, PostgresDatabase):

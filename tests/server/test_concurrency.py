@@ -208,3 +208,26 @@ async def test_a_head_that_moves_between_the_read_and_the_write_sends_the_append
         await first.close()
         await second.close()
         await drop_schema(schema)
+
+
+async def test_an_append_made_as_the_last_writer_finishes_is_still_written(
+    store: SqlEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that comes while the only writer task is ending (its queue empty, the task not
+    yet done) must get a writer, not wait for some later append to start one."""
+    import server.appender
+
+    monkeypatch.setattr(server.appender, "MAX_WRITERS", 1)
+    account, later = new_id(), []
+    real_transaction = Appender._transaction
+
+    async def transaction(self: Appender, group: Any) -> Any:
+        outcomes = await real_transaction(self, group)
+        if not later:  # its first step runs after the writer's loop ends, before the task is done
+            later.append(asyncio.ensure_future(store.append(account, "dev", [DomainEvent.model_validate(chat_created(new_id()))])))
+        return outcomes
+
+    monkeypatch.setattr(Appender, "_transaction", transaction)
+    await store.append(account, "dev", [DomainEvent.model_validate(chat_created(new_id()))])
+    [result], head = await asyncio.wait_for(later[0], 5)
+    assert result.seq == 2 and head == 2
