@@ -169,6 +169,7 @@ def main() -> None:
     print(f"  raw asyncpg INSERT commits  {raw:10.0f} rows/s  (ceiling 2)")
     print(f"  POST /sync/events, 1 event  {single:10.0f} events/s  = {single / trivial:.2f} x trivial route (target >= 0.5)")
     print(f"  POST /sync/events, 100      {batched:10.0f} events/s  = {batched / raw:.2f} x raw commits (target >= 1.0)")
+    print("rounds: " + "; ".join(f"{k} {', '.join(f'{v:.0f}' for v in vs)}" for k, vs in rates.items()))
 
 
 if __name__ == "__main__":
