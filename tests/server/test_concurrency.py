@@ -224,7 +224,8 @@ async def test_an_append_made_as_the_last_writer_finishes_is_still_written(
     async def transaction(self: Appender, group: Any) -> Any:
         outcomes = await real_transaction(self, group)
         if not later:  # its first step runs after the writer's loop ends, before the task is done
-            later.append(asyncio.ensure_future(store.append(account, "dev", [DomainEvent.model_validate(chat_created(new_id()))])))
+            event = DomainEvent.model_validate(chat_created(new_id()))
+            later.append(asyncio.ensure_future(store.append(account, "dev", [event])))
         return outcomes
 
     monkeypatch.setattr(Appender, "_transaction", transaction)
