@@ -59,6 +59,16 @@ def run_request(chat: str, parent: str, assistant: str = "fake") -> dict[str, An
     return event("AssistantRunRequested", payload)
 
 
+async def a_requested_run(
+    client: Client, session: dict[str, Any], assistant: str = "fake"
+) -> tuple[str, str, dict[str, Any]]:
+    """A chat with a question, and a run asked for its answer: (chat, question, the request)."""
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question, assistant)
+    await post(client, session, request)
+    return chat, question, request
+
+
 async def reply(client: Client, session: dict[str, Any], chat: str, message_id: str) -> dict[str, Any] | None:
     response = await client.get(f"/sync/state?chatId={chat}", headers=bearer(session))
     messages = (await response.get_json())["snapshot"]["messages"]
@@ -157,10 +167,8 @@ async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
     app: Quart, client: Client, upstream: FakeUpstream, mode: str
 ) -> None:
     session = await signup(client)
-    chat, question = await a_chat_with_a_question(client, session)
     upstream.mode = mode
-    request = run_request(chat, question)
-    await post(client, session, request)
+    chat, question, request = await a_requested_run(client, session)
     failed = await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
     row = await run_row(app, request["payload"]["runId"])
     assert row["status"] == "failed_upstream" and row["reported"] == 0
@@ -180,10 +188,8 @@ async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
 async def test_stop_ends_the_run_with_what_it_had(app: Quart, client: Client, upstream: FakeUpstream) -> None:
     upstream.delay, upstream.words = 0.05, 200
     session = await signup(client)
-    chat, question = await a_chat_with_a_question(client, session)
-    request = run_request(chat, question)
+    chat, _, request = await a_requested_run(client, session)
     run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
-    await post(client, session, request)
     await until_status(client, session, chat, reply_id, "streaming")
     await asyncio.sleep(1.3)  # past a checkpoint
     [stopped] = await post(client, session, event("AssistantRunCancelled", {"runId": run_id, "messageId": reply_id}))
@@ -217,9 +223,7 @@ async def test_requests_in_one_chat_are_answered_one_at_a_time(app: Quart, clien
 
 async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:
     session = await signup(client)
-    chat, question = await a_chat_with_a_question(client, session)
-    request = run_request(chat, question, assistant="nobody")
-    await post(client, session, request)
+    chat, _, request = await a_requested_run(client, session, assistant="nobody")
     await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
     row = await run_row(app, request["payload"]["runId"])
     assert "no assistant 'nobody'" in row["error"] and upstream.calls == 0
@@ -232,9 +236,7 @@ async def test_a_slow_model_keeps_its_run_alive_past_the_lease(database_url: str
     async with app.test_app():
         client = app.test_client(use_cookies=False)
         session = await signup(client)
-        chat, question = await a_chat_with_a_question(client, session)
-        request = run_request(chat, question)
-        await post(client, session, request)
+        chat, _, request = await a_requested_run(client, session)
         done = await until_status(client, session, chat, request["payload"]["messageId"], "completed", "failed_upstream")
         assert done["status"] == "completed" and done["content"] == full_answer(3)
         assert upstream.calls == 1
@@ -262,9 +264,7 @@ async def test_a_server_shut_down_mid_answer_ends_the_run_at_once(database_url: 
     async with app.test_app():
         client = app.test_client(use_cookies=False)
         session = await signup(client)
-        chat, question = await a_chat_with_a_question(client, session)
-        request = run_request(chat, question)
-        await post(client, session, request)
+        chat, _, request = await a_requested_run(client, session)
         await until_status(client, session, chat, request["payload"]["messageId"], "streaming")
         await asyncio.sleep(0.3)
     # (the app has shut down: its run was cancelled)
