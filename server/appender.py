@@ -296,14 +296,11 @@ class Appender:
         query, params = _prefetch_query("postgres", group)
         async with db.autocommit() as tx:
             rows = await tx.fetchall(
-                f"""SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs
-                WHERE account_id = ANY(?::text[])
-                UNION ALL
-                {query}""",
+                f"{_SEEN_HEADS} UNION ALL {query}",
                 accounts,
                 *params,
             )
-            heads = {str(r[1]): int(r[3]) for r in rows if r[0] == "s"}
+            heads = _heads(rows, "s")
             if len(heads) != len(accounts):
                 return None  # a new account: its head row is made under the lock
             expected = [heads[a] for a in accounts]
@@ -417,21 +414,28 @@ async def _lock_and_prefetch(
             f"""WITH locked AS ({lock})
             SELECT 'h', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM locked
             UNION ALL
-            SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])
+            {_SEEN_HEADS}
             UNION ALL
             {query}""",
             *lock_params,
             accounts,
             *params,
         )
-        heads = {str(r[1]): int(r[3]) for r in rows if r[0] == "h"}
-        seen = {str(r[1]): int(r[3]) for r in rows if r[0] == "s"}
+        heads, seen = _heads(rows, "h"), _heads(rows, "s")
         if any(seen.get(a, 0) != h for a, h in heads.items()):
             rows = await tx.fetchall(query, *params)
     else:
         heads = {a: h for a, h, _ in await lock_heads(tx, dialect, accounts)}
         rows = await tx.fetchall(query, *params)
     return heads, _states(group, rows)
+
+
+# The accounts' heads as the reading statement's snapshot has them, as rows of the prefetch's shape.
+_SEEN_HEADS = "SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])"
+
+
+def _heads(rows: list[tuple[Any, ...]], kind: str) -> dict[str, int]:
+    return {str(r[1]): int(r[3]) for r in rows if r[0] == kind}
 
 
 def _states(group: list[_Request], rows: list[tuple[Any, ...]]) -> dict[str, _AccountState]:
