@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from shared.models import DomainEvent, EventType, Message
+from shared.thread import Link, path_to
 
 TurnRole = Literal["system", "user", "assistant"]
 
@@ -76,17 +77,12 @@ class Assistant(Protocol):
 
 
 def history_along(messages: list[Message], parent_id: str | None) -> list[Message]:
-    """The messages from the chat's start to ``parent_id``, following parent links (a chat is a
-    tree: siblings of one parent are branches); oldest first."""
+    """The messages of a chat from its start to ``parent_id``, along the tree (shared/thread.py:
+    siblings of one parent are branches, and only this one's are included); oldest first."""
+    if parent_id is None:
+        return []
     by_id = {m.id: m for m in messages}
-    chain: list[Message] = []
-    seen: set[str] = set()
-    current = by_id.get(parent_id) if parent_id else None
-    while current is not None and current.id not in seen:
-        seen.add(current.id)
-        chain.append(current)
-        current = by_id.get(current.parent_id) if current.parent_id else None
-    return chain[::-1]
+    return [by_id[i] for i in path_to([Link(m.id, m.parent_id, m.created_at) for m in messages], parent_id)]
 
 
 def turns_of(history: list[Message]) -> list[Turn]:
