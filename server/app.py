@@ -331,7 +331,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
                 if not too_long:
                     batch.append(event)
                     continue
-                error = f"payload.content: longer than {settings.max_content_chars} characters"
+                error = f"the message is longer than {settings.max_content_chars:,} characters (this server's limit)"
             try:
                 event_id = str(uuid.UUID(str(event_id)))
             except ValueError:

@@ -150,6 +150,8 @@ def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[
             messages.add(payload.id)
         if isinstance(payload, RunRequest):
             chats.add(payload.chat_id)
+            if payload.parent_id is not None:
+                messages.add(payload.parent_id)  # (it must be a message of the chat)
         if isinstance(payload, (RunRequest, RunCancel)):
             messages.add(payload.message_id)
     return chats, messages

@@ -180,6 +180,8 @@ def validation_error(event: DomainEvent, state: StateReader) -> str | None:
     if isinstance(payload, RunRequest):
         if state.run_exists(payload.run_id):
             return "this run already exists (a new request needs a new runId)"
+        if payload.parent_id is not None and state.message_chat(payload.parent_id) != payload.chat_id:
+            return "the message to answer (parentId) is not in this chat"
         exists = state.message_chat(payload.message_id) is not None
         return "this message already exists" if exists else None
     if isinstance(payload, RunCancel):

@@ -65,6 +65,28 @@ async def test_content_over_the_limit_is_rejected(limited: Quart) -> None:
     assert "longer than 10 characters" in results[1]["error"]
 
 
+async def test_a_request_for_an_answer_to_a_refused_question_is_refused_too(limited: Quart) -> None:
+    """Else a run would answer a question that is not there (with no question at all)."""
+    client = limited.test_client(use_cookies=False)
+    session = await signup(client)
+    chat, question, other_chat = new_id(), new_id(), new_id()
+
+    def asked(parent: str, in_chat: str = chat) -> dict[str, object]:
+        run = {"runId": new_id(), "chatId": in_chat, "parentId": parent, "messageId": new_id(), "assistantId": "demo"}
+        return {"eventId": new_id(), "type": "AssistantRunRequested", "payload": run, "createdAt": "2026-11-30T12:00:00.000Z"}
+
+    short = new_id()
+    events = [
+        chat_created(chat), chat_created(other_chat), message("MessageAppended", question, chat, "x" * 11), asked(question),
+        message("MessageAppended", short, chat, "fine"), asked(short), asked(short, other_chat),
+    ]  # fmt: skip
+    response = await client.post("/sync/events", json={"events": events}, headers=bearer(session))
+    results = (await response.get_json())["results"]
+    statuses = ["accepted", "accepted", "rejected", "rejected", "accepted", "accepted", "rejected"]
+    assert [r["status"] for r in results] == statuses
+    assert results[3]["error"] == results[6]["error"] == "the message to answer (parentId) is not in this chat"
+
+
 async def test_a_cookie_from_another_sites_page_is_forbidden(app: Quart) -> None:
     client = app.test_client()
     await signup(client)
