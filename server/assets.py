@@ -32,7 +32,10 @@ CONTENT_TYPES = {
 }
 
 # Files the shell needs, beside the vendored Pyodide core, wheels and lock file.
-SHELL = ("index.html", "app.js", "storage.js", "python-worker.js", "app.css", "manifest.webmanifest", "icon.svg")
+SHELL = (
+    "index.html", "app.js", "storage.js", "view.js", "python-worker.js", "app.css", "manifest.webmanifest",
+    "icon.svg", "vendor/idiomorph/idiomorph.esm.js", "vendor/highlight.css",
+)  # fmt: skip
 PYODIDE_CORE = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
 
 
