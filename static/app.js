@@ -3,6 +3,7 @@
 // from this origin; nothing from a CDN.
 import { loadPyodide } from "/static/vendor/pyodide/pyodide.mjs";
 import * as storage from "/static/storage.js";
+import * as view from "/static/view.js";
 
 const status = document.getElementById("status");
 const fail = (text, error) => {
@@ -133,55 +134,89 @@ function runPython(code, seconds) {
   return result;
 }
 
-// One delegated listener for the whole UI: elements carry data-action, Python does the rest.
+// Python's answer to an action, once it has done it (its effects durable where it writes).
+async function dispatch(action, data) {
+  const pending = globalThis.chatDispatch?.(action, JSON.stringify(data));
+  if (!pending) return;
+  try {
+    await pending;
+  } finally {
+    pending.destroy();
+  }
+}
+
+// Drafts: saved at every keystroke, one save at a time; the next carries everything typed
+// meanwhile (per chat, so switching chats mid-save loses nothing).
+const draftsWanted = new Map(); // chat -> text not saved yet
+let draftSaving = false;
+async function saveDrafts() {
+  if (draftSaving || draftsWanted.size === 0) return;
+  const [chat, text] = draftsWanted.entries().next().value;
+  draftsWanted.delete(chat);
+  draftSaving = true;
+  try {
+    await dispatch("draft", { chat, text });
+  } catch (e) {
+    console.error("draft not saved", e);
+  } finally {
+    draftSaving = false;
+    saveDrafts();
+  }
+}
+
+function copyFrom(button) {
+  const action = button.dataset.action;
+  const text = action === "copy-code"
+    ? button.closest(".code").querySelector("code").textContent
+    : globalThis.chatSource?.(button.dataset.id) ?? "";
+  view.copy(text, button);
+}
+
+// One delegated listener for the whole UI: elements carry data-action, Python does the rest
+// (Copy and Jump to latest are the page's own).
 function wireEvents() {
-  const send = (action, data) => globalThis.chatDispatch?.(action, JSON.stringify(data));
+  const send = (action, data) => dispatch(action, data).catch(() => {}); // (Python logs its failures)
   document.addEventListener("click", (e) => {
-    const target = e.target.closest("[data-action]");
+    const target = e.target.closest("[data-action], #jump");
     if (!target || target.tagName === "FORM") return;
     e.preventDefault();
-    flushDraft(); // before the composer of another chat replaces this one
+    if (target.id === "jump") return view.jumpToLatest();
+    if (target.dataset.action === "copy" || target.dataset.action === "copy-code") return copyFrom(target);
     send(target.dataset.action, { ...target.dataset });
   });
-  // Drafts: the composer's text is saved a moment after typing stops, and at once when the
-  // page is hidden or closed.
-  let draftTimer = null;
-  const saveDraft = () => {
-    clearTimeout(draftTimer);
-    draftTimer = null;
-    const box = document.querySelector("textarea[data-draft]");
-    if (box) send("draft", { text: box.value, chat: box.dataset.chat });
-  };
   // The assistant chosen in the composer is remembered as soon as it is chosen.
   document.addEventListener("change", (e) => {
     if (e.target.matches("select[name=assistant]")) send("choose-assistant", { assistant: e.target.value });
   });
   document.addEventListener("input", (e) => {
-    if (!e.target.matches("textarea[data-draft]")) return;
-    clearTimeout(draftTimer);
-    draftTimer = setTimeout(saveDraft, 400);
+    if (!e.target.matches("#composer-text")) return;
+    view.fitComposer(e.target);
+    if (!e.target.hasAttribute("data-draft")) return; // editing a message: not the chat's draft
+    draftsWanted.set(e.target.dataset.chat, e.target.value);
+    saveDrafts();
   });
-  const flushDraft = () => { if (draftTimer !== null) saveDraft(); };
-  window.addEventListener("pagehide", flushDraft);
-  document.addEventListener("visibilitychange", () => { if (document.hidden) flushDraft(); });
   document.addEventListener("submit", (e) => {
     const form = e.target.closest("form[data-action]");
     if (!form) return;
     e.preventDefault();
-    clearTimeout(draftTimer); // the message supersedes its draft
-    draftTimer = null;
     send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
     // Cleared now, not after Python has saved it: what the user types next goes in a clean box
-    // (the text only: the assistant chosen stays chosen).
-    if (form.hasAttribute("data-reset")) form.querySelectorAll("textarea").forEach((box) => { box.value = ""; });
-  });
-  document.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && e.target.matches(".composer textarea")) {
-      e.preventDefault();
-      e.target.form.requestSubmit();
+    // (the text only: the assistant chosen stays chosen). The message supersedes its draft.
+    if (form.hasAttribute("data-reset")) {
+      form.querySelectorAll("textarea").forEach((box) => {
+        draftsWanted.delete(box.dataset.chat);
+        box.value = "";
+        view.fitComposer(box);
+      });
     }
   });
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" || e.shiftKey || e.isComposing || !e.target.matches("#composer-text")) return;
+    e.preventDefault();
+    e.target.form.requestSubmit();
+  });
   window.addEventListener("online", () => globalThis.chatOnline?.());
+  view.wire();
 }
 
 async function boot() {
@@ -201,6 +236,7 @@ async function boot() {
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
   pyodide.FS.mkdirTree("/data");
   const stored = await underIoLock(() => storage.load(pyodide, "/data"));
+  globalThis.chatView = view;
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),
     stored: JSON.stringify(stored),

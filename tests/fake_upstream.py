@@ -4,6 +4,8 @@ exactly as it would call a real one.
 
 ``mode``: ``ok`` (the answer, then the usage, then ``[DONE]``), ``502``, ``stall`` (a few words,
 then nothing), ``broken`` (half the answer, then the connection closes). ``delay`` paces the words.
+The answer is ``words`` words ("word0 word1 ..."), or ``text`` (``{n}`` in it: the call's number)
+streamed a word at a time with the spaces and line breaks before each.
 ``calls`` counts the requests; ``requests`` keeps their bodies; ``disconnects`` counts the streams
 the client closed before the end.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +40,7 @@ class FakeUpstream:
     mode: str = "ok"
     delay: float = 0.01
     words: int = 30
+    text: str | None = None
     calls: int = 0
     disconnects: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -88,13 +92,12 @@ class FakeUpstream:
                 await writer.drain()
                 return
             writer.write(b"HTTP/1.1 200 OK\r\n" + CORS + b"Content-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-            words = answer_words(self.words)
-            for i, word in enumerate(words):
+            words = self._pieces()
+            for i, text in enumerate(words):
                 if self.mode == "stall" and i == 3:
                     await asyncio.sleep(3600)
                 if self.mode == "broken" and i == len(words) // 2:
                     return
-                text = word if i == 0 else " " + word
                 await self._event(writer, {"choices": [{"index": 0, "delta": {"content": text}}]})
                 await asyncio.sleep(self.delay)
             await self._event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words)}})
@@ -104,6 +107,11 @@ class FakeUpstream:
             self.disconnects += 1
         finally:
             writer.close()
+
+    def _pieces(self) -> list[str]:
+        if self.text is None:
+            return [word if i == 0 else " " + word for i, word in enumerate(answer_words(self.words))]
+        return re.findall(r"\s*\S+", self.text.replace("{n}", str(self.calls)))
 
     @staticmethod
     async def _event(writer: asyncio.StreamWriter, data: dict[str, Any]) -> None:

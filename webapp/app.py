@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from html import escape
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.assistants import Assistant, Model, ModelAssistant, RunInput, history_along
+from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import (
     Chat,
     DeltaFrame,
@@ -21,24 +22,24 @@ from shared.models import (
     RunRequest,
     Session,
 )
-from webapp import ui
+from webapp import markdown, ui
 from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
-from webapp.store import Account, LocalStore
+from webapp.pane import MessagePane, MessagesView
+from webapp.store import Account, LocalStore, Rejection, is_pending
 from webapp.sync import Status, SyncEngine
+from shared.thread import ROOT, children, path_to
 from webapp.transport import (
     AssistantInfo,
     NetworkError,
-    RunInfo,
     ServerError,
     Transport,
     Unauthorized,
 )
 
-ENDED = ("completed", "failed_upstream", "cancelled")
-
 # Until the server has told us its assistants (a first start offline): the one every server has.
 DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
+WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,17 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("background task failed: %s", task.get_coro(), exc_info=task.exception())
 
 
-class View(Protocol):
+class View(MessagesView, Protocol):
     def set_html(self, region: str, html: str) -> None:
         """Replace the content of the element with this id."""
+
+    def morph(self, region: str, html: str) -> None:
+        """Make the content of the element with this id this HTML, keeping the nodes that stay
+        (and so their focus and selection)."""
+
+    def set_composer(self, chat_id: str, text: str | None, note: str | None) -> None:
+        """The composer now writes in this chat; ``text``, when given, replaces what it holds;
+        ``note`` is shown above it while it edits a message (None: it writes a new one)."""
 
     def set_status(self, status: str, text: str) -> None: ...
 
@@ -82,6 +91,17 @@ class Services:
     device_model: Callable[[str, str], Model] | None = None
     # Runs the local helper's Python snippets (in the browser: a worker that can be stopped).
     python_tool: Callable[[str], Awaitable[str]] | None = None
+    # Runs a callback before the next paint (in the browser: requestAnimationFrame).
+    schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
+
+
+@dataclass(frozen=True)
+class Editing:
+    """What the composer is editing: a message (in place, or as a new branch once answered), or
+    a change the server refused (sent again as corrected)."""
+
+    message_id: str
+    rejection: Rejection | None = None
 
 
 class Client:
@@ -97,9 +117,9 @@ class Client:
             on_delta=self._on_delta,
             on_online=self._on_online,
         )
+        self.pane = MessagePane(self.store, self.view, services.schedule_frame)
         self.selected: str | None = None
-        self.editing: str | None = None  # the message the composer is editing, if any
-        self.streaming: dict[str, str] = {}  # a streaming reply's text so far, from delta frames
+        self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
         self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
@@ -142,20 +162,23 @@ class Client:
         listed = json.dumps([a.__dict__ for a in found])
         if listed != self.store.setting("assistants"):
             await self.store.set_setting("assistants", listed)
-            self.redraw(chat_changed=True)
+            self._draw_assistants()
+
+    def _draw_assistants(self) -> None:
+        choices = [(a.id, a.name) for a in self.assistants()]
+        self.view.morph("assistant-choice", ui.assistant_options(choices, self.chosen_assistant()))
 
     def _on_delta(self, frame: DeltaFrame) -> None:
-        """Streamed tokens of a reply: shown at once, never stored (the log brings checkpoints
-        and the final text). A piece that does not follow what we have is left for the next
-        checkpoint to fill in."""
+        """Streamed tokens of a reply: shown at the next frame, never stored (the log brings
+        checkpoints and the final text). A piece that does not follow what we have is left for
+        the next checkpoint to fill in."""
         reply = self.store.message(frame.message_id)
         if reply is None or reply.status not in ("queued", "streaming"):
             return
-        have = max(self.streaming.get(reply.id, ""), reply.content, key=len)
+        have = max(self.pane.streaming.get(reply.id, ""), reply.content, key=len)
         if frame.offset > len(have) or frame.offset + len(frame.text) <= len(have):
             return  # a gap, or nothing new
-        self.streaming[reply.id] = have[: frame.offset] + frame.text
-        self._draw_messages(reply.chat_id)
+        self.pane.stream(reply.id, have[: frame.offset] + frame.text)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -169,11 +192,14 @@ class Client:
         self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
+        self.editing = None
+        self._draw_assistants()
         self.redraw(chat_changed=True)
         self._status(self.engine.status)
         self._sync_task = asyncio.ensure_future(self.engine.run())
         self._sync_task.add_done_callback(_log_failure)
         asyncio.ensure_future(self._end_orphaned_local_replies()).add_done_callback(_log_failure)
+        asyncio.get_running_loop().call_later(WARM_AFTER_SECONDS, markdown.warm)
 
     def stop(self) -> None:
         """Stop syncing (this tab no longer owns the database)."""
@@ -190,57 +216,47 @@ class Client:
                 self.view.focus("input[name=password]")
 
     def redraw(self, chat_changed: bool = False) -> None:
+        """Draw what the database holds now: the chat list, and the open chat (opened anew when it
+        changed: its title, the composer's chat and draft, its messages from the latest)."""
         chats = self.store.chats()
         if all(c.id != self.selected for c in chats):  # none chosen yet, or it was deleted
             first = chats[0].id if chats else None
             chat_changed = chat_changed or first != self.selected
             self.selected = first
-        self.view.set_html("chat-list", ui.chat_list(chats, self.selected))
+        self.view.morph("chat-list", ui.chat_list(chats, self.selected, self.store.drafted()))
         if chat_changed:
-            chat = self.store.chat(self.selected) if self.selected else None
-            editing = self.store.message(self.editing) if self.editing else None
-            if editing is None or chat is None or editing.chat_id != chat.id:
-                self.editing, editing = None, None
-            text = editing.content if editing else (self.store.draft(chat.id) if chat else "")
-            self.view.set_html(
-                "chat",
-                ui.chat_pane(
-                    chat,
-                    text,
-                    editing=editing is not None,
-                    assistants=[(a.id, a.name) for a in self.assistants()],
-                    chosen=self.chosen_assistant(),
-                ),
-            )
+            self._open_chat(next((c for c in chats if c.id == self.selected), None))
+        else:
+            self.pane.draw()
         if self.selected is not None:
-            rows = self.store.messages(self.selected)
-            for row in rows:  # the log caught up with (or ended) a stream: its own text wins
-                live = self.streaming.get(row.id)
-                if live is not None and (row.status != "streaming" or len(row.content) >= len(live)):
-                    del self.streaming[row.id]
-            self._draw_messages(self.selected, rows)
-            self._ask_for_runs(self.selected, rows)
+            self._ask_for_runs(self.selected)
 
-    def _draw_messages(self, chat_id: str, rows: list[Message] | None = None) -> None:
-        """The chat's messages, if it is the one shown, with the text of replies still streaming."""
-        if chat_id == self.selected:
-            rows = self.store.messages(chat_id) if rows is None else rows
-            self.view.set_html("messages", ui.messages(rows, self.streaming, self.run_infos(chat_id)))
+    def _open_chat(self, chat: Chat | None) -> None:
+        if self.editing is not None and (chat is None or self.store.message(self.editing.message_id) is None
+                                         and self.editing.rejection is None):
+            self.editing = None
+        self.view.set_html("chat-title", escape(chat.title) if chat else "New chat")
+        self._draw_composer()
+        self.pane.open(chat.id if chat else None)
+
+    def _draw_composer(self, text: str | None = None) -> None:
+        """The composer of the open chat: its draft, or the message being edited."""
+        chat_id = self.selected or ""
+        if self.editing is None:
+            self.view.set_composer(chat_id, self.store.draft(chat_id) if text is None else text, None)
+            return
+        note = ui.editing_note(self._edit_branches(self.editing.message_id), self.editing.rejection is not None)
+        self.view.set_composer(chat_id, text, note)
 
     # --- how the server's runs ended, and what they cost ------------------------------------------
 
-    def run_infos(self, chat_id: str) -> dict[str, RunInfo]:
-        """By reply id, as the server last said (kept for offline)."""
-        known = json.loads(self.store.setting("runs:" + chat_id) or "[]")
-        return {r["message_id"]: RunInfo(**r) for r in known}
-
-    def _ask_for_runs(self, chat_id: str, rows: list[Message]) -> None:
+    def _ask_for_runs(self, chat_id: str) -> None:
         """A server-side reply of this chat ended and we do not know how: ask (once per cursor)."""
-        infos = self.run_infos(chat_id)
-        unknown = any(
-            r.run_id and r.status in ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows
-        )
-        if unknown and self.engine.status is Status.ONLINE and self._runs_asked.get(chat_id) != self.store.last_seq():
+        if self.engine.status is not Status.ONLINE or self._runs_asked.get(chat_id) == self.store.last_seq():
+            return
+        infos = self.store.run_infos(chat_id)
+        rows = self.pane.rows.values()
+        if any(r.run_id and r.status in ui.ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows):
             self._runs_asked[chat_id] = self.store.last_seq()
             asyncio.ensure_future(self._fetch_runs(chat_id)).add_done_callback(_log_failure)
 
@@ -251,8 +267,9 @@ class Client:
             except (NetworkError, ServerError, Unauthorized):
                 return
             await self.store.set_setting("runs:" + chat_id, json.dumps([r.__dict__ for r in found]))
-            self._draw_messages(chat_id)
-            if all(r.status in ENDED for r in found):
+            if chat_id == self.selected:
+                self.pane.draw()
+            if all(r.status in ui.ENDED for r in found):
                 return
             await asyncio.sleep(1)  # a run's usage is written just after its reply ends
 
@@ -284,52 +301,67 @@ class Client:
         self.view.set_html("root", ui.auth_form())
 
     async def _on_select_chat(self, data: dict[str, Any]) -> None:
-        self.selected = str(data["id"])
+        self.selected, self.editing = str(data["id"]), None
         self.redraw(chat_changed=True)
-        self.view.focus("textarea[name=text]")
+        self.view.focus("#composer-text")
 
     async def _on_new_chat(self, data: dict[str, Any]) -> None:
+        await self._new_chat()
+        self.view.focus("#composer-text")
+
+    async def _new_chat(self) -> str:
         now = self.s.now()
         chat = Chat(id=self.s.new_id(), title=f"Chat {len(self.store.chats()) + 1}", created_at=now)
+        self.selected, self.editing = chat.id, None
+        self.view.set_composer(chat.id, "", None)  # at once: what is typed from now on is the new chat's
         await self._submit(EventType.CHAT_CREATED, chat)
-        self.selected = chat.id
         self.redraw(chat_changed=True)
-        self.view.focus("textarea[name=text]")
+        return chat.id
+
+    async def _on_show_earlier(self, data: dict[str, Any]) -> None:
+        self.pane.show_earlier()
+
+    async def _on_show_branch(self, data: dict[str, Any]) -> None:
+        if self.selected is not None:
+            await self.store.choose_branch(self.selected, str(data.get("fork", ROOT)), str(data["id"]))
+            self.pane.draw()
 
     async def _on_send(self, data: dict[str, Any]) -> None:
         text = str(data.get("text", "")).strip()
-        if not text or self.selected is None:
+        if not text:
             return
         if self.editing is not None:
-            await self._save_edit(self.editing, text)
+            await self._send_edit(self.editing, text)
             return
-        earlier = self.store.messages(self.selected)
+        draft_of = self.selected or ""  # (the composer of no chat yet keeps its draft under "")
+        chat_id = self.selected or await self._new_chat()
+        path = self.pane.path()
         message = Message(
             id=self.s.new_id(),
-            chat_id=self.selected,
+            chat_id=chat_id,
             role="user",
             content=text,
-            parent_id=earlier[-1].id if earlier else None,
+            parent_id=path[-1].id if path else None,
             created_at=self.s.now(),
         )
         try:
-            await self._submit(EventType.MESSAGE_APPENDED, message)
+            await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of)
         except Exception:
-            self.view.restore_text("textarea[name=text]", text)  # not saved: the text goes back
+            self.view.restore_text("#composer-text", text)  # not saved: the text goes back
             raise
-        await self.store.save_draft(message.chat_id, "")
+        self.redraw()
         assistant = str(data.get("assistant", self.chosen_assistant()))
         if assistant != self.store.setting("assistant"):
             await self.store.set_setting("assistant", assistant)
-        self.redraw()
         if assistant != NO_ASSISTANT:
             await self._ask(self.assistant(assistant), message)
 
     async def _ask(self, assistant: Assistant, question: Message) -> None:
         """Whatever the assistant, what it yields is applied the same way: saved and shown at
-        once, then sent (offline, it waits in the outbox like any change)."""
-        history = history_along(self.store.messages(question.chat_id), question.id)
-        run = RunInput(question.chat_id, question, history, self.s.new_id, self.s.now, on_text=self._on_local_text)
+        once, then sent (offline, it waits in the outbox like any change). It is asked about the
+        path from the chat's start to the question: what the chat shows."""
+        run = RunInput(question.chat_id, question, self._history(question), self.s.new_id, self.s.now,
+                       on_text=self.pane.stream)  # fmt: skip
         task = asyncio.current_task()
         reply: Message | None = None
         try:
@@ -344,18 +376,18 @@ class Client:
         except asyncio.CancelledError:  # Stop: the reply keeps what it had
             if reply is not None:
                 stopped = self.store.message(reply.id) or reply
-                text = max(self.streaming.get(reply.id, ""), stopped.content, key=len)
+                text = max(self.pane.streaming.get(reply.id, ""), stopped.content, key=len)
                 await self._submit(EventType.MESSAGE_EDITED, stopped.model_copy(update={"status": "cancelled", "content": text}))
                 self.redraw()
         finally:
             if reply is not None:
                 self.local_runs.pop(reply.id, None)
 
-    def _on_local_text(self, message_id: str, text: str) -> None:
-        self.streaming[message_id] = text
-        reply = self.store.message(message_id)
-        if reply is not None:
-            self._draw_messages(reply.chat_id)
+    def _history(self, question: Message) -> list[Message]:
+        """The messages from the chat's start to ``question``, along the tree (as history_along)."""
+        chain = path_to(self.store.links(question.chat_id), question.id)
+        rows = self.store.messages_by_id(chain)
+        return [rows[i] for i in chain if i in rows]
 
     async def _end_orphaned_local_replies(self) -> None:
         """Replies this device was writing when the page went away: their model call died with it."""
@@ -365,12 +397,13 @@ class Client:
 
     async def _on_choose_assistant(self, data: dict[str, Any]) -> None:
         await self.store.set_setting("assistant", str(data.get("assistant", "")))
+        self._draw_assistants()
 
     async def _on_device_model(self, data: dict[str, Any]) -> None:
         """The on-device model's settings (empty: none)."""
         url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()
         await self.store.set_setting("device_model", json.dumps({"url": url, "model": model} if url and model else None))
-        self.redraw(chat_changed=True)
+        self._draw_assistants()
 
     async def _on_stop_run(self, data: dict[str, Any]) -> None:
         reply = self.store.message(str(data["id"]))
@@ -383,29 +416,131 @@ class Client:
             await self._submit(EventType.ASSISTANT_RUN_CANCELLED, RunCancel(run_id=reply.run_id, message_id=reply.id))
             self.redraw()
 
-    async def _on_retry_run(self, data: dict[str, Any]) -> None:
-        """Ask again (a new request, a new reply beside the failed one): never a resend of the old."""
+    async def _on_regenerate(self, data: dict[str, Any]) -> None:
+        """Ask again: a new request whose reply is a sibling of this one (a new branch, shown),
+        never a change to the old reply."""
         reply = self.store.message(str(data["id"]))
-        question = self.store.message(reply.parent_id) if reply is not None and reply.parent_id else None
+        question = self._question_of(reply) if reply is not None else None
         if reply is not None and reply.assistant_id and question is not None:
             await self._ask(self.assistant(reply.assistant_id), question)
 
+    _on_retry_run = _on_regenerate
+
+    def _question_of(self, message: Message) -> Message | None:
+        """The user message a reply (or a tool call of its answer) answers."""
+        current: Message | None = message
+        while current is not None and current.role != "user":
+            current = self.store.message(current.parent_id) if current.parent_id else None
+        return current
+
+    # --- editing ---------------------------------------------------------------------------------
+
     async def _on_edit_message(self, data: dict[str, Any]) -> None:
-        self.editing = str(data["id"])
-        self.redraw(chat_changed=True)
-        self.view.focus("textarea[name=text]")
+        message = self.store.message(str(data["id"]))
+        if message is not None:
+            self.editing = Editing(message.id)
+            self._draw_composer(text=message.content)
+            self.view.focus("#composer-text")
+
+    async def _on_resend(self, data: dict[str, Any]) -> None:
+        """Edit and resend a message the server refused: it goes back into the composer."""
+        rejection = self._rejection(str(data["id"]))
+        if rejection is not None and isinstance(rejection.event.payload, Message):
+            self.editing = Editing(rejection.event.payload.id, rejection)
+            self._draw_composer(text=rejection.event.payload.content)
+            self.view.focus("#composer-text")
 
     async def _on_cancel_edit(self, data: dict[str, Any]) -> None:
         self.editing = None
-        self.redraw(chat_changed=True)
+        self._draw_composer()
 
-    async def _save_edit(self, message_id: str, text: str) -> None:
-        message = self.store.message(message_id)
+    async def _send_edit(self, editing: Editing, text: str) -> None:
         self.editing = None
-        if message is not None and message.content != text:
-            edited = message.model_copy(update={"content": text})
-            await self._submit(EventType.MESSAGE_EDITED, edited)
-        self.redraw(chat_changed=True)
+        self._draw_composer(text="")
+        self.view.restore_text("#composer-text", self.store.draft(self.selected or ""))
+        if editing.rejection is not None:
+            await self._resend(editing.rejection, text)
+        else:
+            await self._save_edit(editing.message_id, text)
+
+    async def _save_edit(self, message_id: str, text: str, resolves: list[str] | None = None) -> None:
+        """An answered question edited becomes a new branch beside it, asked again of the same
+        assistant (the old branch stays); one not answered yet, or not sent yet, changes in place."""
+        message = self.store.message(message_id)
+        if message is None or message.content == text:
+            if resolves:
+                await self.store.discard_rejected(resolves)
+            self.redraw()
+            return
+        if self._edit_branches(message.id):
+            answerer = self._answerer(message.id)
+            branch = Message(id=self.s.new_id(), chat_id=message.chat_id, role="user", content=text,
+                             parent_id=message.parent_id, created_at=self.s.now())  # fmt: skip
+            await self._submit(EventType.MESSAGE_APPENDED, branch, resolves=resolves or ())
+            self.redraw()
+            if answerer:
+                await self._ask(self.assistant(answerer), branch)
+            return
+        await self._submit(EventType.MESSAGE_EDITED, message.model_copy(update={"content": text}), resolves=resolves or ())
+        self.redraw()
+
+    def _edit_branches(self, message_id: str) -> bool:
+        """Whether editing this message makes a new branch: it is on the server and answered."""
+        message = self.store.message(message_id)
+        return message is not None and not is_pending(message) and self._answerer(message_id) is not None
+
+    def _answerer(self, message_id: str) -> str | None:
+        """For a message with replies: the assistant of the newest ("" when none has one); None
+        when it has no reply."""
+        message = self.store.message(message_id)
+        if message is None:
+            return None
+        replies = children(self.store.links(message.chat_id)).get(message_id, [])
+        if not replies:
+            return None
+        rows = self.store.messages_by_id(replies)
+        return next((rows[c].assistant_id for c in reversed(replies) if c in rows and rows[c].assistant_id), "")
+
+    # --- changes the server refused -----------------------------------------------------------
+
+    def _rejection(self, event_id: str) -> Rejection | None:
+        return next((r for r in self.store.rejected(self.selected or "") if r.event.event_id == event_id), None)
+
+    def _with_requests(self, rejection: Rejection) -> list[Rejection]:
+        """A refused question and the refused requests for an answer to it."""
+        payload = rejection.event.payload
+        return [rejection] + [
+            r for r in self.store.rejected(self.selected or "")
+            if isinstance(r.event.payload, RunRequest) and isinstance(payload, Message) and r.event.payload.parent_id == payload.id
+        ]  # fmt: skip
+
+    async def _on_discard(self, data: dict[str, Any]) -> None:
+        rejection = self._rejection(str(data["id"]))
+        if rejection is not None:
+            await self.store.discard_rejected(r.event.event_id for r in self._with_requests(rejection))
+            self.pane.draw()
+
+    async def _resend(self, rejection: Rejection, text: str) -> None:
+        """The corrected form of a refused message goes out as a new message (asked of the same
+        assistant, if the refused one was), and the refused one is forgotten in the same write."""
+        refused = self._with_requests(rejection)
+        resolves = [r.event.event_id for r in refused]
+        payload = rejection.event.payload
+        assert isinstance(payload, Message)
+        if rejection.event.type is EventType.MESSAGE_EDITED and self.store.message(payload.id) is not None:
+            await self._save_edit(payload.id, text, resolves)
+            return
+        path = self.pane.path()
+        parent = payload.parent_id if payload.parent_id and self.store.message(payload.parent_id) else None
+        message = Message(id=self.s.new_id(), chat_id=payload.chat_id, role="user", content=text,
+                          parent_id=parent or (path[-1].id if path else None), created_at=self.s.now())  # fmt: skip
+        await self._submit(EventType.MESSAGE_APPENDED, message, resolves=resolves)
+        self.redraw()
+        requests = [r.event.payload for r in refused if isinstance(r.event.payload, RunRequest)]
+        if requests:
+            await self._ask(self.assistant(requests[0].assistant_id), message)
+
+    # --- the rest --------------------------------------------------------------------------------
 
     async def _on_remove_message(self, data: dict[str, Any]) -> None:
         """Delete a message; one that never left the device is simply withdrawn."""
@@ -415,13 +550,29 @@ class Client:
             self.redraw()
 
     async def _on_draft(self, data: dict[str, Any]) -> None:
-        """The composer's text, saved as it is typed (debounced by the page), per chat."""
+        """The composer's text, saved as it is typed (the page sends the next one when this one
+        is durable), per chat."""
         chat_id = str(data.get("chat") or self.selected or "")
-        if chat_id:
-            await self.store.save_draft(chat_id, str(data.get("text", "")))
+        had = chat_id in self.store.drafted()
+        await self.store.save_draft(chat_id, str(data.get("text", "")))
+        if had != (chat_id in self.store.drafted()):
+            self.view.morph("chat-list", ui.chat_list(self.store.chats(), self.selected, self.store.drafted()))
 
-    async def _submit(self, kind: EventType, payload: Chat | Message | MessageRef | RunRequest | RunCancel) -> None:
+    def source(self, message_id: str) -> str:
+        """A message's Markdown as it is shown (for Copy)."""
+        message = self.store.message(message_id)
+        if message is None:
+            return ""
+        return max(self.pane.streaming.get(message_id, ""), message.content, key=len)
+
+    async def _submit(
+        self,
+        kind: EventType,
+        payload: Chat | Message | MessageRef | RunRequest | RunCancel,
+        draft_of: str | None = None,
+        resolves: Iterable[str] = (),
+    ) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
         event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
-        await self.store.add_local(event)
+        await self.store.add_local(event, draft_of=draft_of, resolves=resolves)
         self.engine.kick()

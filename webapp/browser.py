@@ -9,13 +9,13 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import js  # type: ignore[import-not-found]
 from pydantic import TypeAdapter
-from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
+from pyodide.ffi import create_once_callable, create_proxy, to_js  # type: ignore[import-not-found]
 from pyodide.http import pyfetch  # type: ignore[import-not-found]
 
 from shared.assistants import Piece, Turn, UpstreamError, completion_request, sse_pieces
@@ -198,10 +198,27 @@ def _device_name() -> str:
 
 
 class DomView:
+    """The page, through static/view.js (which changes only what differs)."""
+
     def set_html(self, region: str, html: str) -> None:
-        element = js.document.getElementById(region)
-        if element is not None:
-            element.innerHTML = html
+        js.chatView.setHtml(region, html)
+
+    def morph(self, region: str, html: str) -> None:
+        js.chatView.morph(region, html)
+
+    def patch_messages(
+        self,
+        order: list[str] | None,
+        changed: dict[str, str],
+        opened: bool,
+        earlier: bool,
+        streams: dict[str, tuple[int, str]],
+    ) -> None:
+        patch = {"order": order, "changed": changed, "opened": opened, "earlier": earlier, "streams": streams}
+        js.chatView.patchMessages(json.dumps(patch))
+
+    def set_composer(self, chat_id: str, text: str | None, note: str | None) -> None:
+        js.chatView.setComposer(json.dumps({"chat": chat_id, "text": text, "note": note}))
 
     def set_status(self, status: str, text: str) -> None:
         element = js.document.getElementById("status")
@@ -217,6 +234,10 @@ class DomView:
         element = js.document.querySelector(selector)
         if element is not None and not element.value:
             element.value = text
+
+
+def _next_frame(draw: Callable[[], None]) -> None:
+    js.requestAnimationFrame(create_once_callable(lambda _time: draw()))
 
 
 def _now() -> str:
@@ -239,14 +260,18 @@ async def main() -> Client:
             now=_now,
             device_model=FetchModel,
             python_tool=_run_python,
+            schedule_frame=_next_frame,
         )
     )
 
-    def dispatch(action: str, data: str) -> None:
+    def dispatch(action: str, data: str) -> asyncio.Task[None]:
+        """Runs the action; the page may await what this returns (a PyProxy it then destroys)."""
         task = asyncio.ensure_future(client.dispatch(action, json.loads(data)))
         task.add_done_callback(_report)
+        return task
 
     js.globalThis.chatDispatch = create_proxy(dispatch)
+    js.globalThis.chatSource = create_proxy(client.source)
     js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())
     js.globalThis.chatStop = create_proxy(lambda *_: client.stop())  # another tab took over
     client.start()

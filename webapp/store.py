@@ -28,11 +28,14 @@ from shared.models import (
     EventType,
     LoggedEvent,
     Message,
+    RunRequest,
     Snapshot,
     format_time,
 )
 from shared.reducer import PENDING_SEQ, apply
 from shared.schema import CHATS, MESSAGES, Sql, Table
+from shared.thread import ROOT, Link
+from webapp.transport import RunInfo
 
 SHOWN = Sql("sqlite", scoped=False)
 
@@ -40,6 +43,11 @@ SHOWN = Sql("sqlite", scoped=False)
 CREATES = {EventType.CHAT_CREATED, EventType.MESSAGE_APPENDED}
 UPSERTS = CREATES | {EventType.CHAT_UPDATED, EventType.MESSAGE_EDITED}
 DELETES = {EventType.CHAT_DELETED, EventType.MESSAGE_DELETED}
+# Events that create a message (a new child at its parent's fork).
+NEW_MESSAGES = {
+    EventType.MESSAGE_APPENDED, EventType.ASSISTANT_RUN_REQUESTED, EventType.TOOL_CALL_REQUESTED,
+    EventType.TOOL_CALL_SUCCEEDED, EventType.TOOL_CALL_FAILED,
+}  # fmt: skip
 CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
 
 
@@ -116,6 +124,22 @@ class Pending:
     last_error: str | None
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """Where the first unsent change of an entity stands (an outbox status but ``sent``)."""
+
+    status: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A local change the server refused: kept, not applied, until the user resends or discards it."""
+
+    event: DomainEvent
+    error: str
+
+
 def _migration_1(conn: sqlite3.Connection) -> None:
     for sql in (SHOWN, CONFIRMED):
         for table in (CHATS, MESSAGES):
@@ -141,12 +165,37 @@ def _migration_3(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE pending_events SET status = 'sending' WHERE status = 'pending' AND attempts > 0")
 
 
+def _migration_4(conn: sqlite3.Connection) -> None:
+    """What the server rejected stays on the device (not applied) with the reason, until the user
+    resends or discards it."""
+    conn.execute(
+        """CREATE TABLE rejected_events (
+            event_id TEXT PRIMARY KEY, entity_id TEXT NOT NULL, chat_id TEXT, body TEXT NOT NULL,
+            error TEXT NOT NULL)"""
+    )
+
+
+def _migration_5(conn: sqlite3.Connection) -> None:
+    """Which branch this device shows at a fork of a chat (fork: the parent's id, '' at the root)."""
+    conn.execute(
+        """CREATE TABLE branch_choices (
+            chat_id TEXT NOT NULL, fork TEXT NOT NULL, child_id TEXT NOT NULL, PRIMARY KEY (chat_id, fork))"""
+    )
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
     ("0002_drafts", _migration_2),
     ("0003_outbox_statuses", _migration_3),
+    ("0004_rejected_events", _migration_4),
+    ("0005_branch_choices", _migration_5),
 ]
+# Everything that belongs to the account signed in (emptied when another one signs in).
+ACCOUNT_TABLES = (
+    "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
+    "rejected_events", "branch_choices",
+)  # fmt: skip
 
 
 def _utc_now() -> str:
@@ -245,7 +294,7 @@ class LocalStore:
         previous = self.account()
         with self._transaction() as conn:
             if previous is not None and previous.user_id != account.user_id:
-                for table in ("chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts"):
+                for table in ACCOUNT_TABLES:
                     conn.execute(f"DELETE FROM {table}")
             self._set_meta(conn, "account", json.dumps(account.__dict__))
         await self._durable()
@@ -269,14 +318,21 @@ class LocalStore:
 
     # --- local changes: the outbox -------------------------------------------------------------
 
-    async def add_local(self, event: DomainEvent) -> None:
-        """Queue ``event`` and show it, in one transaction; returns once it is durable.
+    async def add_local(self, event: DomainEvent, draft_of: str | None = None, resolves: Iterable[str] = ()) -> None:
+        """Queue ``event`` and show it, in one transaction; returns once it is durable. In the same
+        transaction: the draft of chat ``draft_of`` is cleared (the message it became supersedes
+        it), the rejected events ``resolves`` are forgotten (it is their corrected form), and a
+        message created here is the one shown at its fork (an older choice there is dropped).
 
         The outbox coalesces changes to an entity whose events have never left the device: an
         edit rewrites the queued payload (only the latest full payload matters), and deleting an
         entity created here and never sent withdraws it, so nothing about it goes out at all."""
         entity = event.entity_id()
         with self._transaction() as conn:
+            if draft_of is not None:
+                conn.execute("DELETE FROM drafts WHERE chat_id = ?", (draft_of,))
+            conn.executemany("DELETE FROM rejected_events WHERE event_id = ?", [(e,) for e in resolves])
+            self._show_new_branch(conn, event)
             queued = conn.execute(
                 "SELECT id, body, status FROM pending_events WHERE entity_id = ? AND status <> 'sent' ORDER BY id",
                 (entity,),
@@ -303,6 +359,15 @@ class LocalStore:
                 self._run(conn, SHOWN, event)
         await self._durable()
 
+    @staticmethod
+    def _show_new_branch(conn: sqlite3.Connection, event: DomainEvent) -> None:
+        """A message created here is the one its fork shows: the newest, once no older choice stands."""
+        payload = event.payload
+        if event.type in NEW_MESSAGES and isinstance(payload, (Message, RunRequest)):
+            conn.execute(
+                "DELETE FROM branch_choices WHERE chat_id = ? AND fork = ?", (payload.chat_id, payload.parent_id or ROOT)
+            )
+
     async def mark_attempted(self, event_ids: list[str]) -> None:
         """About to be sent: from now on these events may be on the server, so they are never
         rewritten or withdrawn in place again (durable before the request goes out)."""
@@ -324,18 +389,36 @@ class LocalStore:
             for r in rows
         ]
 
+    def delivery(self) -> dict[str, Delivery]:
+        """Entity id -> where its first unsent change stands, for every entity with one."""
+        found: dict[str, Delivery] = {}
+        for row in self.conn.execute(
+            "SELECT entity_id, status, last_error FROM pending_events WHERE status <> 'sent' ORDER BY id"
+        ):
+            found.setdefault(row["entity_id"], Delivery(row["status"], row["last_error"]))
+        return found
+
     def pending_count(self) -> int:
         """How many local changes the server has not taken yet."""
         return int(self.conn.execute("SELECT count(*) FROM pending_events WHERE status <> 'sent'").fetchone()[0])
 
     async def record_results(self, results: Iterable[EventResult]) -> bool:
         """What the server answered to a push: accepted and duplicate events wait (as ``sent``) for
-        their seq to arrive through the log; rejected ones are dropped and their effect undone.
-        Returns whether the shown state changed."""
+        their seq to arrive through the log; rejected ones leave the outbox, their effect undone,
+        and are kept aside with the reason (``rejected``). Returns whether the shown state changed."""
         rejected = False
         with self._transaction() as conn:
             for result in results:
                 if result.status == "rejected":
+                    row = conn.execute(
+                        "SELECT entity_id, body FROM pending_events WHERE event_id = ?", (result.event_id,)
+                    ).fetchone()
+                    if row is not None:
+                        chat = json.loads(row["body"])["payload"].get("chatId")
+                        conn.execute(
+                            "INSERT OR REPLACE INTO rejected_events VALUES (?, ?, ?, ?, ?)",
+                            (result.event_id, row["entity_id"], chat, row["body"], result.error or "rejected"),
+                        )
                     conn.execute("DELETE FROM pending_events WHERE event_id = ?", (result.event_id,))
                     rejected = True
                 else:
@@ -430,6 +513,32 @@ class LocalStore:
         for pending in self._pending_events(conn):
             self._run(conn, SHOWN, pending)
 
+    def rejected(self, chat_id: str) -> list[Rejection]:
+        """The changes to this chat the server refused, oldest first."""
+        rows = self.conn.execute(
+            "SELECT body, error FROM rejected_events WHERE chat_id = ? ORDER BY rowid", (chat_id,)
+        ).fetchall()
+        return [Rejection(DomainEvent.model_validate_json(r["body"]), r["error"]) for r in rows]
+
+    async def discard_rejected(self, event_ids: Iterable[str]) -> None:
+        with self._transaction() as conn:
+            conn.executemany("DELETE FROM rejected_events WHERE event_id = ?", [(e,) for e in event_ids])
+        await self._durable()
+
+    # --- branches: which child this device shows at each fork -------------------------------------
+
+    def branch_choices(self, chat_id: str) -> dict[str, str]:
+        rows = self.conn.execute("SELECT fork, child_id FROM branch_choices WHERE chat_id = ?", (chat_id,))
+        return {r["fork"]: r["child_id"] for r in rows}
+
+    async def choose_branch(self, chat_id: str, fork: str, child_id: str) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO branch_choices VALUES (?, ?, ?) ON CONFLICT (chat_id, fork) DO UPDATE SET child_id = excluded.child_id",
+                (chat_id, fork, child_id),
+            )
+        await self._durable()
+
     # --- drafts: what the composer held, per chat ----------------------------------------------
 
     async def save_draft(self, chat_id: str, text: str) -> None:
@@ -446,6 +555,10 @@ class LocalStore:
     def draft(self, chat_id: str) -> str:
         row = self.conn.execute("SELECT text FROM drafts WHERE chat_id = ?", (chat_id,)).fetchone()
         return "" if row is None else str(row[0])
+
+    def drafted(self) -> set[str]:
+        """The chats with a draft."""
+        return {str(r[0]) for r in self.conn.execute("SELECT chat_id FROM drafts")}
 
     # --- reads for the UI ----------------------------------------------------------------------
 
@@ -473,6 +586,25 @@ class LocalStore:
             "SELECT * FROM messages WHERE chat_id = ? ORDER BY created_at, id", (chat_id,)
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
+
+    def links(self, chat_id: str) -> list[Link]:
+        """The chat's tree, without the messages' text (cheap for a long chat)."""
+        rows = self.conn.execute("SELECT id, parent_id, created_at FROM messages WHERE chat_id = ?", (chat_id,))
+        return [Link(*r) for r in rows]
+
+    def messages_by_id(self, ids: list[str]) -> dict[str, Message]:
+        found: dict[str, Message] = {}
+        for start in range(0, len(ids), 500):  # SQLite's limit on parameters
+            part = ids[start : start + 500]
+            marks = ", ".join("?" for _ in part)
+            for row in self.conn.execute(f"SELECT * FROM messages WHERE id IN ({marks})", part):
+                found[row["id"]] = Message.model_validate(dict(row))
+        return found
+
+    def run_infos(self, chat_id: str) -> dict[str, RunInfo]:
+        """How the server's runs of a chat ended, by reply id, as it last said (kept for offline)."""
+        known = json.loads(self.setting("runs:" + chat_id) or "[]")
+        return {r["message_id"]: RunInfo(**r) for r in known}
 
     def confirmed(self) -> Snapshot:
         """The confirmed state (for tests and diagnostics)."""

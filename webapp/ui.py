@@ -1,17 +1,23 @@
-"""HTML for each region of the page, from rows of the local database. Pure: strings in, strings out.
+"""HTML for each part of the page, from rows of the local database. Pure: values in, strings out.
 
 Interactive elements carry ``data-action``; the page's one delegated listener (static/app.js)
-hands the action and its data to ``webapp.app.Client.dispatch``.
+hands the action and its data to ``webapp.app.Client.dispatch`` (Copy and Jump to latest are the
+page's own). The layout is drawn once per sign-in; after that only its regions change, so the
+composer, and what is typed in it, is never replaced.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from dataclasses import dataclass
 from html import escape
 
 from shared.models import Chat, Message
-from webapp.store import is_pending
+from webapp import markdown
+from webapp.store import Delivery, Rejection, is_pending
 from webapp.sync import Status
+from shared.thread import Step
 from webapp.transport import RunInfo
 
 STATUS_TEXT = {
@@ -54,10 +60,28 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
   </details>
   <div class="who">{escape(username)} · <button type="button" class="link" data-action="signout">Sign out</button></div>
 </aside>
-<section class="chat" id="chat"></section>"""
+<section class="chat" id="chat" aria-labelledby="chat-title">
+  <h2 class="chat-title" id="chat-title"></h2>
+  <div class="scroller" id="scroller">
+    <div class="thread">
+      <button type="button" class="earlier" id="earlier" data-action="show-earlier" hidden>Show earlier messages</button>
+      <ol class="messages" id="messages" aria-label="Messages"></ol>
+    </div>
+  </div>
+  <div class="below">
+    <button type="button" class="jump" id="jump" hidden>Jump to latest</button>
+    <p class="editing" id="composer-note" hidden></p>
+    <form class="composer" data-action="send" data-reset>
+      <textarea name="text" id="composer-text" rows="1" placeholder="Write a message" aria-label="Message"
+        required data-draft data-chat="" enterkeyhint="send"></textarea>
+      <select name="assistant" id="assistant-choice" aria-label="Answered by"></select>
+      <button type="submit" class="send">Send</button>
+    </form>
+  </div>
+</section>"""
 
 
-def chat_list(chats: list[Chat], selected: str | None) -> str:
+def chat_list(chats: list[Chat], selected: str | None, drafted: Collection[str] = ()) -> str:
     if not chats:
         return '<p class="empty">No chats yet.</p>'
     items = []
@@ -67,112 +91,185 @@ def chat_list(chats: list[Chat], selected: str | None) -> str:
             classes.append("selected")
         if is_pending(chat):
             classes.append("pending")
+        current = ' aria-current="true"' if chat.id == selected else ""
+        marker = '<span class="marker">Draft</span>' if chat.id in drafted else ""
         items.append(
-            f'<button type="button" class="{" ".join(classes)}" data-action="select-chat" '
-            f'data-id="{chat.id}">{escape(chat.title)}</button>'
+            f'<button type="button" class="{" ".join(classes)}" id="c-{chat.id}" data-action="select-chat" '
+            f'data-id="{chat.id}"{current}><span class="title">{escape(chat.title)}</span>{marker}</button>'
         )
     return "\n".join(items)
 
 
-def chat_pane(
-    chat: Chat | None,
-    draft: str = "",
-    editing: bool = False,
-    assistants: list[tuple[str, str]] | None = None,
-    chosen: str = "",
-) -> str:
-    if chat is None:
-        return '<p class="empty">Create a chat to start.</p>'
-    notice = (
-        '<p class="editing">Editing a message: Send saves the change. '
-        '<button type="button" class="link" data-action="cancel-edit">Cancel</button></p>'
-        if editing
-        else ""
-    )
-    return f"""
-<h2 class="chat-title">{escape(chat.title)}</h2>
-<ol id="messages" class="messages" aria-live="polite"></ol>
-{notice}
-<form class="composer" data-action="send" data-reset>
-  <textarea name="text" rows="2" placeholder="Write a message" aria-label="Message" required
-    {"" if editing else "data-draft "}data-chat="{chat.id}">{escape(draft)}</textarea>
-  {"" if editing else _assistant_choice(assistants or [], chosen)}
-  <button type="submit">Send</button>
-</form>"""
-
-
-def _assistant_choice(assistants: list[tuple[str, str]], chosen: str) -> str:
+def assistant_options(assistants: list[tuple[str, str]], chosen: str) -> str:
     options = [("", "No answer"), *assistants]
     if all(value != chosen for value, _ in options):
         options.append((chosen, chosen))  # chosen earlier, not listed by the server now
-    rendered = "".join(
+    return "".join(
         f'<option value="{escape(value)}"{" selected" if value == chosen else ""}>{escape(name)}</option>'
         for value, name in options
     )
-    return f'<select name="assistant" aria-label="Answered by">{rendered}</select>'
 
 
-# What an assistant's reply says about itself, by status.
-REPLY_NOTE = {
+def editing_note(branching: bool, correcting: bool = False) -> str:
+    if correcting:
+        what = "Correcting a message the server did not accept: Send sends it again"
+    elif branching:
+        what = "Editing a message: Send makes a new branch beside it and asks again"
+    else:
+        what = "Editing a message: Send saves the change"
+    return f'{what}. <button type="button" class="link" data-action="cancel-edit">Cancel</button>'
+
+
+
+# --- messages --------------------------------------------------------------------------------
+
+# What a reply says about itself, by status (a screen reader reads the same text).
+REPLY_STATE = {
     "queued": "Waiting for the assistant…",
-    "streaming": "",
+    "streaming": "Writing…",
     "completed": "",
     "failed_upstream": "The assistant could not answer.",
     "cancelled": "Stopped.",
 }
+# What a change not yet on the server says, by its outbox status.
+DELIVERY_STATE = {
+    "pending": "Saved on this device, not sent yet",
+    "sending": "Sending…",
+    "failed": "Not sent yet",
+}
+ENDED = ("completed", "failed_upstream", "cancelled")  # a reply's statuses once its run is over
+DONE = {"user": "Sent.", "assistant": "Answer complete."}
+
+
+@dataclass(frozen=True)
+class Item:
+    """Everything one message's HTML depends on."""
+
+    message: Message
+    step: Step | None = None  # None: not on the tree (a rejected change)
+    content_html: str | None = None  # its content's HTML, when the caller has it (a stream's)
+    delivery: Delivery | None = None
+    run: RunInfo | None = None
+    rejection: Rejection | None = None  # the server refused it (then it is not in the tables)
+
+
+def item_key(message_id: str) -> str:
+    return f"m-{message_id}"
+
+
+def rejection_key(rejection: Rejection) -> str:
+    return f"r-{rejection.event.event_id}"
+
+
+def message_item(item: Item) -> str:
+    message = item.message
+    state, state_text, actions = _state(item)
+    classes = ["message", message.role]
+    if is_pending(message) or item.rejection is not None:
+        classes.append("pending")
+    if message.role == "assistant":
+        classes.append(message.status)
+    key = rejection_key(item.rejection) if item.rejection is not None else item_key(message.id)
+    if state_text or actions:
+        state_html = f'<p class="state">{escape(state_text)} {actions}</p>'
+    else:  # done: said to a screen reader only
+        state_html = f'<p class="state sr-only">{DONE.get(message.role, "")}</p>'
+    return (
+        f'<li class="{" ".join(classes)}" id="{key}" data-state="{state}">'
+        f'<div class="bubble"><div class="content">{_content(item)}</div></div>'
+        f"{state_html}"
+        f'<div class="meta">{_branches(item.step)}{_tools(item, state)}{_usage(item.run)}</div></li>'
+    )
+
+
+def _content(item: Item) -> str:
+    message = item.message
+    if item.content_html is not None:
+        return item.content_html
+    if message.role in ("user", "assistant"):
+        return markdown.render(message.content)
+    text = _tool_call(message.content) if message.role == "tool_call" else message.content
+    return f'<div class="plain">{escape(text)}</div>'
+
+
+def _state(item: Item) -> tuple[str, str, str]:
+    """(data-state, the sentence shown, the buttons that act on it)."""
+    message = item.message
+    if item.rejection is not None:
+        event_id = item.rejection.event.event_id
+        resend = _text_button("resend", event_id, "Edit and resend") if message.role == "user" else ""
+        return "rejected", f"Not accepted: {item.rejection.error}", resend + _text_button("discard", event_id, "Discard")
+    if message.role == "assistant" and message.status != "completed":
+        text = REPLY_STATE[message.status]
+        if message.status == "failed_upstream" and item.run is not None and item.run.error:
+            text = f"The assistant could not answer: {item.run.error}."
+        if message.status == "queued" and item.delivery is not None:
+            text = "Saved on this device: the assistant is asked once the server can be reached."
+        if message.status in ("queued", "streaming"):
+            return message.status, text, _text_button("stop-run", message.id, "Stop")
+        return message.status, text, _text_button("retry-run", message.id, "Retry")
+    if item.delivery is not None:
+        text = DELIVERY_STATE[item.delivery.status]
+        if item.delivery.status == "failed":
+            reason = f": {item.delivery.error}" if item.delivery.error else ""
+            text = f"{text}{reason}. It will be sent again."
+        return item.delivery.status, text, ""
+    return "completed", "", ""
+
+
+def _text_button(action: str, message_id: str, label: str) -> str:
+    return f'<button type="button" class="act" data-action="{action}" data-id="{message_id}">{label}</button>'
+
+
+def _icon_button(action: str, message_id: str, label: str, icon: str) -> str:
+    return (
+        f'<button type="button" class="tool" data-action="{action}" data-id="{message_id}" '
+        f'aria-label="{label}" title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
+    )
+
+
+def _tools(item: Item, state: str) -> str:
+    if item.rejection is not None:
+        return ""
+    message = item.message
+    buttons = [_icon_button("copy", message.id, "Copy", "copy")]
+    if message.role == "user":
+        buttons.append(_icon_button("edit-message", message.id, "Edit", "edit"))
+        remove = "Withdraw" if state == "pending" else "Delete"
+        buttons.append(_icon_button("remove-message", message.id, remove, "delete"))
+    elif message.role == "assistant" and message.status == "completed" and message.assistant_id:
+        buttons.append(_icon_button("regenerate", message.id, "Regenerate", "regenerate"))
+    return f'<span class="tools">{"".join(buttons)}</span>'
+
+
+def _branches(step: Step | None) -> str:
+    if step is None or len(step.siblings) < 2:
+        return ""
+    index, count = step.index, len(step.siblings)
+    previous = step.siblings[index - 1] if index > 0 else ""
+    following = step.siblings[index + 1] if index + 1 < count else ""
+
+    def arrow(target: str, label: str, icon: str) -> str:
+        disabled = "" if target else " disabled"
+        return (
+            f'<button type="button" class="tool" data-action="show-branch" data-fork="{step.fork}" data-id="{target}" '
+            f'aria-label="{label}" title="{label}"{disabled}><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
+        )
+
+    return (
+        f'<span class="branches">{arrow(previous, "Previous branch", "left")}'
+        f'<span class="count">{index + 1} / {count}</span>{arrow(following, "Next branch", "right")}</span>'
+    )
 
 
 def _usage(info: RunInfo | None) -> str:
     if info is None or info.completion_tokens is None:
         return ""
     if info.usage_reported:
-        return f"{info.prompt_tokens} + {info.completion_tokens} tokens"
-    return f"about {info.completion_tokens} tokens (counted here: the service did not say)"
-
-
-def messages(rows: list[Message], streaming: dict[str, str] | None = None, runs: dict[str, RunInfo] | None = None) -> str:
-    items = []
-    for message in rows:
-        pending = is_pending(message)
-        classes = f"message {message.role}{' pending' if pending else ''}"
-        badge = '<span class="badge" title="Saved on this device, not yet on the server">pending</span>' if pending else ""
-        tools = ""
-        content = message.content
-        if message.role == "assistant":
-            classes += f" {message.status}"
-            content = (streaming or {}).get(message.id, content)
-            note = REPLY_NOTE.get(message.status, "")
-            info = (runs or {}).get(message.id)
-            if info is not None and info.error and message.status == "failed_upstream":
-                note = f"The assistant could not answer: {info.error}."
-            note = " · ".join(part for part in (note, _usage(info)) if part)
-            if message.status in ("queued", "streaming"):
-                action = ("stop-run", "Stop")
-            elif message.status in ("failed_upstream", "cancelled"):
-                action = ("retry-run", "Retry")
-            else:
-                action = None
-            button = (
-                f'<button type="button" class="link" data-action="{action[0]}" data-id="{message.id}">{action[1]}</button>'
-                if action
-                else ""
-            )
-            note_html = f'<span class="note">{escape(note)}</span>' if note else ""
-            tools = f'<span class="tools">{note_html} {button}</span>' if note or button else ""
-        elif message.role == "tool_call":
-            content = _tool_call(message.content)
-        if message.role == "user":
-            remove = "Withdraw" if pending else "Delete"
-            tools = (
-                f'<span class="tools"><button type="button" class="link" data-action="edit-message" '
-                f'data-id="{message.id}">Edit</button> <button type="button" class="link" '
-                f'data-action="remove-message" data-id="{message.id}">{remove}</button></span>'
-            )
-        items.append(
-            f'<li class="{classes}" data-id="{message.id}">'
-            f'<div class="content">{escape(content)}</div>{badge}{tools}</li>'
-        )
-    return "\n".join(items)
+        text = f"{info.prompt_tokens} + {info.completion_tokens} tokens"
+    else:
+        text = f"about {info.completion_tokens} tokens (counted here: the service did not say)"
+    return f'<span class="usage">{escape(text)}</span>'
 
 
 def _tool_call(content: str) -> str:

@@ -28,6 +28,22 @@ def wait_for_service_worker(page: Page) -> None:
     page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=BOOT_TIMEOUT)
 
 
+def new_chat(page: Page) -> None:
+    """Make a chat, and wait until the composer writes in it."""
+    before = page.locator(".chat-item").count()
+    page.get_by_role("button", name="New chat").click()
+    expect(page.locator(".chat-item")).to_have_count(before + 1)
+    page.wait_for_function(
+        "document.getElementById('composer-text').dataset.chat === "
+        "document.querySelector('.chat-item.selected')?.dataset.id"
+    )
+
+
+def at_bottom(page: Page) -> bool:
+    """The message list is scrolled to its end."""
+    return bool(page.evaluate("(s => s.scrollHeight - s.scrollTop - s.clientHeight <= 24)(document.getElementById('scroller'))"))
+
+
 def send(page: Page, text: str, assistant: str = "") -> None:
     """Type and send a message, answered by ``assistant`` (none by default)."""
     page.fill("textarea[name=text]", text)

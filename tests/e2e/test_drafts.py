@@ -1,12 +1,16 @@
-"""The composer's text survives a reload, per chat."""
+"""The composer's text survives a reload, per chat, and a browser killed right after typing."""
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
+from pathlib import Path
 
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, BrowserContext, Playwright, expect
 
-from tests.e2e.pages import open_app, sign
+from tests.e2e.conftest import playwright_config
+from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign
 from tests.processes import Server
 
 
@@ -15,9 +19,9 @@ def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> Non
     page = context.new_page()
     open_app(page)
     sign(page, f"draft{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-    page.click("[data-action=new-chat]")
+    new_chat(page)
     page.fill("textarea[name=text]", "something I have not sent yet")
-    page.wait_for_timeout(1000)  # the draft is saved a moment after typing stops
+    expect(page.locator(".chat-item.selected .marker")).to_have_text("Draft")  # saved
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
     expect(page.locator("textarea[name=text]")).to_have_value("something I have not sent yet")
@@ -25,7 +29,59 @@ def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> Non
     page.click("textarea[name=text]")
     page.keyboard.press("Enter")  # sending it clears the draft
     expect(page.locator(".message", has_text="something I have not sent yet")).to_be_visible()
+    expect(page.locator(".chat-item.selected .marker")).to_have_count(0)
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
     expect(page.locator("textarea[name=text]")).to_have_value("")
+    context.close()
+
+
+def _browser_processes(profile: Path) -> list[int]:
+    """The pids of the Chromium browser process (not its renderers) running on this profile."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"--user-data-dir={profile}".encode() in args and not any(a.startswith(b"--type=") for a in args):
+            found.append(int(entry.name))
+    return found
+
+
+def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
+    return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
+
+
+def test_what_was_typed_survives_the_browser_killed_150_ms_after_the_last_key(
+    playwright: Playwright, server: Server, tmp_path: Path
+) -> None:
+    profile = tmp_path / "profile"
+    context = _launch(playwright, profile, server)
+    page = context.pages[0] if context.pages else context.new_page()
+    open_app(page)
+    sign(page, f"kill{uuid.uuid4().hex[:8]}", "a long password", signup=True)
+    new_chat(page)
+    context.close()  # (the session cookie is on disk now: the kill below is what is tested)
+
+    context = _launch(playwright, profile, server)
+    page = context.pages[0] if context.pages else context.new_page()
+    open_app(page)
+    text = "Every key counts, up to the last one typed!"
+    page.get_by_role("textbox", name="Message").click()
+    page.keyboard.type(text, delay=25)
+    page.wait_for_timeout(150)
+    [pid] = _browser_processes(profile)
+    os.kill(pid, signal.SIGKILL)
+    try:
+        context.close()
+    except Exception:  # the browser is gone: nothing left to close
+        pass
+
+    context = _launch(playwright, profile, server)
+    page = context.pages[0] if context.pages else context.new_page()
+    open_app(page)
+    expect(page.get_by_role("textbox", name="Message")).to_have_value(text, timeout=BOOT_TIMEOUT)
     context.close()

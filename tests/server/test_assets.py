@@ -84,7 +84,7 @@ def test_the_cache_version_follows_the_files(tmp_path: Path) -> None:
 
 
 def test_pages_name_no_other_origin() -> None:
-    for name in ("index.html", "app.js", "sw.js", "manifest.webmanifest"):
+    for name in ("index.html", "app.js", "view.js", "sw.js", "manifest.webmanifest"):
         text = (ROOT / "static" / name).read_text()
         assert not re.search(r"https?://", text), name
 

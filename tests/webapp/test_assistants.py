@@ -77,13 +77,13 @@ async def app(tmp_path: Path) -> Quart:
 
 
 async def test_a_local_answer_made_offline_reaches_the_server_and_the_other_device(app: Quart, tmp_path: Path) -> None:
-    from tests.webapp.test_client import RecordingView
+    from tests.webapp.page import FakePage
     from webapp.app import Client, Services
 
     token = await signup(app)
     device, other = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
     device.transport.offline = True
-    client = Client(Services(device.store, RecordingView(), None, device.transport, new_id, lambda: T))  # type: ignore[arg-type]
+    client = Client(Services(device.store, FakePage(), None, device.transport, new_id, lambda: T))  # type: ignore[arg-type]
     client.engine = device.engine
     await client.dispatch("new-chat", {})
     await client.dispatch("send", {"text": "calc: 6 * 7", "assistant": LOCAL_TOOLS_ID})
@@ -106,16 +106,18 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     import asyncio
 
     from shared.assistants import DemoModel
-    from tests.webapp.test_client import FakeAuth, OfflineTransport, RecordingView
+    from tests.webapp.page import FakePage
+    from tests.webapp.test_client import FakeAuth, OfflineTransport
     from webapp.app import Client, Services
     from webapp.assistants import DEVICE_MODEL_ID
     from webapp.store import FilePersistence, LocalStore
 
-    def client_on(path: Path) -> tuple[Client, RecordingView]:
-        view = RecordingView()
+    def client_on(path: Path) -> tuple[Client, FakePage]:
+        view = FakePage()
         services = Services(
             LocalStore(str(path), FilePersistence()), view, FakeAuth(), OfflineTransport(),  # type: ignore[arg-type]
             new_id, lambda: T, device_model=lambda url, model: DemoModel(seconds_per_word=0.01),
+            schedule_frame=view.schedule_frame,
         )
         return Client(services), view
 
@@ -123,14 +125,15 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     await client.dispatch("new-chat", {})
     await client.dispatch("device-model", {"url": "http://127.0.0.1:11434/v1", "model": "tiny"})
-    assert '<option value="on-device">On this device: tiny</option>' in view.regions["chat"]
+    assert '<option value="on-device">On this device: tiny</option>' in view.regions["assistant-choice"]
     asking = asyncio.ensure_future(client.dispatch("send", {"text": "hi", "assistant": DEVICE_MODEL_ID}))
     for _ in range(200):
-        if any(len(text) > 20 for text in client.streaming.values()):
+        if any(len(text) > 20 for text in client.pane.streaming.values()):
             break
         await asyncio.sleep(0.01)
-    [(reply_id, text)] = client.streaming.items()
-    assert text in view.regions["messages"] and ">Stop<" in view.regions["messages"]
+    [(reply_id, text)] = client.pane.streaming.items()
+    view.paint()
+    assert text in view.messages and ">Stop<" in view.messages
     await client.dispatch("stop-run", {"id": reply_id})
     await asyncio.gather(asking, return_exceptions=True)
     stopped = client.store.message(reply_id)
@@ -151,7 +154,7 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
 async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path) -> None:
     import asyncio
 
-    from tests.webapp.test_client import RecordingView
+    from tests.webapp.page import FakePage
     from webapp.app import Client, Services
     from webapp.sync import Status
 
@@ -159,7 +162,7 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
                               demo_seconds_per_word=0.001))
     async with app.test_app():
         device = Device(app, await signup(app), tmp_path / "a.db")
-        view = RecordingView()
+        view = FakePage()
         client = Client(Services(device.store, view, None, device.transport, new_id, lambda: T))  # type: ignore[arg-type]
         client.engine = device.engine
         client.engine.status = Status.ONLINE
@@ -171,10 +174,10 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
             await device.sync()
             client.redraw()
             await asyncio.sleep(0.02)
-            if "tokens" in view.regions["messages"] and "no assistant" in view.regions["messages"]:
+            if "tokens" in view.messages and "no assistant" in view.messages:
                 break
-        shown = view.regions["messages"]
+        shown = view.messages
         assert "The assistant could not answer: there is no assistant &#x27;nobody&#x27; on this server." in shown
-        demo_usage = [i for i in client.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
+        demo_usage = [i for i in client.store.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
         assert [i.usage_reported for i in demo_usage] == [True]
         assert f"{demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens" in shown

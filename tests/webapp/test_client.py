@@ -1,37 +1,27 @@
-"""The client's UI logic (webapp/app.py) under CPython, with a recording view."""
+"""The client's UI logic (webapp/app.py, webapp/pane.py) under CPython, on an in-memory page that
+applies its patches the way static/view.js does."""
 
 from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
 
+from shared.assistants import Piece, Turn
 from shared.ids import Uuid7Generator
-from shared.models import Session
+from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message, Session
+from tests.webapp.page import FakePage
 from webapp.app import AuthFailed, Client, Services
+from webapp.assistants import DEVICE_MODEL_ID
+from webapp.pane import WINDOW
 from webapp.store import FilePersistence, LocalStore
 from webapp.transport import NetworkError
 
-
-class RecordingView:
-    def __init__(self) -> None:
-        self.regions: dict[str, str] = {}
-        self.status = ""
-        self.restored: list[tuple[str, str]] = []
-
-    def set_html(self, region: str, html: str) -> None:
-        self.regions[region] = html
-
-    def set_status(self, status: str, text: str) -> None:
-        self.status = status
-
-    def focus(self, selector: str) -> None:
-        pass
-
-    def restore_text(self, selector: str, text: str) -> None:
-        self.restored.append((selector, text))
+T = "2026-11-30T12:00:00.000Z"
+TICKS = itertools.count(1_700_000_000_000)  # one clock for every client of a test run, reloads included
 
 
 class OfflineTransport:
@@ -40,7 +30,7 @@ class OfflineTransport:
     async def updates(self, after_seq: int, limit: int) -> None:
         raise NetworkError("offline")
 
-    state = submit = live = updates
+    state = submit = live = assistants = updates
 
 
 class FakeAuth:
@@ -53,61 +43,92 @@ class FakeAuth:
         return Session(user_id="u1", device_id="d1", token="t")
 
 
-def make_client(tmp_path: Path) -> tuple[Client, RecordingView, FakeAuth]:
-    view, auth = RecordingView(), FakeAuth()
-    ticks = itertools.count(1_700_000_000_000)
+class EchoModel:
+    """A model on this device that answers with what it was asked, and remembers it."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[Turn]] = []
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        self.asked.append(turns)
+        yield Piece(text=f"answer {len(self.asked)}")
+
+
+def make_client(tmp_path: Path, model: EchoModel | None = None) -> tuple[Client, FakePage, FakeAuth]:
+    page, auth = FakePage(), FakeAuth()
     services = Services(
         store=LocalStore(str(tmp_path / "local.db"), FilePersistence()),
-        view=view,
+        view=page,
         auth=auth,
         transport=OfflineTransport(),  # type: ignore[arg-type]
-        new_id=Uuid7Generator(ticks.__next__, os.urandom),
-        now=lambda: "2026-11-30T12:00:00.000Z",
+        new_id=Uuid7Generator(TICKS.__next__, os.urandom),
+        now=lambda: T,
+        device_model=(lambda url, name: model) if model else None,  # type: ignore[arg-type,return-value]
+        schedule_frame=page.schedule_frame,
     )
-    return Client(services), view, auth
+    return Client(services), page, auth
+
+
+async def signed_in(tmp_path: Path, model: EchoModel | None = None) -> tuple[Client, FakePage]:
+    client, page, _ = make_client(tmp_path, model)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    if model is not None:
+        await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})
+    return client, page
 
 
 async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
-    client, view, auth = make_client(tmp_path)
+    client, page, auth = make_client(tmp_path)
     client.start()
-    assert 'data-action="signin"' in view.regions["root"]
+    assert 'data-action="signin"' in page.regions["root"]
     auth.accept = False
     await client.dispatch("signin", {"username": "ann", "password": "wrong one"})
-    assert "Wrong username or password." in view.regions["root"]
+    assert "Wrong username or password." in page.regions["root"]
     auth.accept = True
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    assert "ann" in view.regions["root"] and "New chat" in view.regions["root"]
+    assert "ann" in page.regions["root"] and "New chat" in page.regions["root"]
 
     await client.dispatch("new-chat", {})
-    assert "Chat 1" in view.regions["chat-list"] and 'class="chat-item selected pending"' in view.regions["chat-list"]
-    assert '<option value="demo" selected>' in view.regions["chat"]  # the assistant every server has
+    assert "Chat 1" in page.regions["chat-list"] and 'class="chat-item selected pending"' in page.regions["chat-list"]
+    assert '<option value="demo" selected>' in page.regions["assistant-choice"]  # the assistant every server has
     await client.dispatch("send", {"text": "  hello <b>world</b>  ", "assistant": "demo"})
-    assert "hello &lt;b&gt;world&lt;/b&gt;" in view.regions["messages"]  # escaped
-    assert 'class="message user pending"' in view.regions["messages"]
+    assert "<p>hello &lt;b&gt;world&lt;/b&gt;</p>" in page.messages  # Markdown, its HTML escaped
+    assert 'class="message user pending"' in page.messages
+    assert "Saved on this device, not sent yet" in page.messages
     # The question is asked too, offline: a reply waits, and can be stopped.
-    assert 'class="message assistant pending queued"' in view.regions["messages"]
-    assert "Waiting for the assistant" in view.regions["messages"] and ">Stop<" in view.regions["messages"]
+    assert 'class="message assistant pending queued"' in page.messages
+    assert "the assistant is asked once the server can be reached" in page.messages and ">Stop<" in page.messages
     await client.dispatch("send", {"text": "   "})  # blank: nothing
-    assert view.regions["messages"].count("<li") == 2
+    assert len(page.nodes) == 2
     assert [p.event.type for p in client.store.outbox()] == ["ChatCreated", "MessageAppended", "AssistantRunRequested"]
     await client.dispatch("send", {"text": "no answer needed", "assistant": ""})
     assert client.store.pending_count() == 4 and client.store.setting("assistant") == ""
 
 
+async def test_the_first_message_with_no_chat_yet_makes_one(tmp_path: Path) -> None:
+    client, page, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert client.selected is None and page.composer.chat == ""
+    await client.dispatch("draft", {"text": "typed at once", "chat": ""})
+    await client.dispatch("send", {"text": "typed at once", "assistant": ""})
+    assert client.selected is not None and "typed at once" in page.messages
+    assert client.store.drafted() == set()
+
+
 async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client, view, _ = make_client(tmp_path)
-    await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    await client.dispatch("new-chat", {})
+    client, page = await signed_in(tmp_path)
 
-    async def disk_full(event: object) -> None:
+    async def disk_full(event: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(client.store, "add_local", disk_full)
+    page.composer.text = ""  # (the page cleared it when Send was pressed)
     with pytest.raises(OSError):
         await client.dispatch("send", {"text": "keep me"})
-    assert view.restored == [("textarea[name=text]", "keep me")]
+    assert page.composer.text == "keep me"
 
 
 async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
@@ -116,40 +137,55 @@ async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
         await client.dispatch("explode", {})
 
 
-async def test_drafts_are_kept_per_chat_and_cleared_by_sending(tmp_path: Path) -> None:
-    client, view, _ = make_client(tmp_path)
-    await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    await client.dispatch("new-chat", {})
-    first = client.selected
+async def test_drafts_are_kept_per_chat_marked_in_the_list_and_cleared_by_sending(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    first = client.selected or ""
     await client.dispatch("draft", {"text": "half a <thought>", "chat": first})
+    assert page.regions["chat-list"].count(">Draft<") == 1
     await client.dispatch("new-chat", {})
-    assert "half a" not in view.regions["chat"]  # the new chat's composer is empty
+    assert page.composer.text == "" and page.composer.chat == client.selected  # the new chat's composer is empty
     await client.dispatch("select-chat", {"id": first})
-    assert "half a &lt;thought&gt;</textarea>" in view.regions["chat"]
+    assert page.composer.text == "half a <thought>" and page.composer.chat == first
 
     # A reload (memory gone, database kept) brings it back too.
     client.store.close()
-    reloaded, view, _ = make_client(tmp_path)
+    reloaded, page, _ = make_client(tmp_path)
     reloaded.start()
     await reloaded.dispatch("select-chat", {"id": first})
-    assert "half a &lt;thought&gt;</textarea>" in view.regions["chat"]
+    assert page.composer.text == "half a <thought>"
     await reloaded.dispatch("send", {"text": "the whole thought"})
-    assert reloaded.store.draft(first) == ""
+    assert reloaded.store.draft(first) == "" and ">Draft<" not in page.regions["chat-list"]
+
+
+async def test_nothing_redrawn_replaces_the_composer_or_its_text(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    page.type("typed right after signing in")
+    client.store.conn.execute("INSERT INTO meta VALUES ('setting:assistants', '[]')")  # (to differ from the list)
+
+    class Listing(OfflineTransport):
+        async def assistants(self) -> list[object]:  # type: ignore[override]
+            from webapp.transport import AssistantInfo
+
+            return [AssistantInfo("demo", "Demo", "remote", "demo"), AssistantInfo("big", "Big model", "remote", "big")]
+
+    client.s.transport = Listing()  # type: ignore[assignment]
+    await client._refresh_assistants()  # the list of assistants arrives
+    client.redraw()  # and sync redraws
+    client.redraw(chat_changed=True)  # even the chat drawn anew
+    assert "Big model" in page.regions["assistant-choice"]
+    assert page.composer.text == "typed right after signing in"
 
 
 async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> None:
-    client, view, _ = make_client(tmp_path)
-    await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    await client.dispatch("new-chat", {})
+    client, page = await signed_in(tmp_path)
     await client.dispatch("send", {"text": "frist", "assistant": ""})
     [message] = client.store.messages(client.selected or "")
-    assert 'data-action="edit-message"' in view.regions["messages"] and ">Withdraw<" in view.regions["messages"]
+    assert 'data-action="edit-message"' in page.messages and 'aria-label="Withdraw"' in page.messages
 
     await client.dispatch("edit-message", {"id": message.id})
-    assert "Editing a message" in view.regions["chat"] and "frist</textarea>" in view.regions["chat"]
-    assert "data-draft" not in view.regions["chat"]  # the text being edited is not the chat's draft
+    assert page.composer.text == "frist" and "Send saves the change" in (page.composer.note or "")
     await client.dispatch("send", {"text": "first"})
-    assert "Editing a message" not in view.regions["chat"]
+    assert page.composer.note is None
     assert [m.content for m in client.store.messages(message.chat_id)] == ["first"]
     assert [p.event.type for p in client.store.outbox()] == ["ChatCreated", "MessageAppended"]  # coalesced
 
@@ -158,50 +194,181 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
     assert [p.event.type for p in client.store.outbox()] == ["ChatCreated"]  # withdrawn: nothing goes out
 
 
-async def test_a_reply_grows_from_deltas_and_can_be_stopped_or_retried(tmp_path: Path) -> None:
-    from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message
+def logged(client: Client, seq: int, kind: EventType, payload: object, event_id: str | None = None) -> LoggedEvent:
+    return LoggedEvent(seq=seq, origin="server", event_id=event_id or client.s.new_id(), type=kind,
+                       payload=payload, created_at=T)  # type: ignore[arg-type]
 
-    client, view, _ = make_client(tmp_path)
-    await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    await client.dispatch("new-chat", {})
-    await client.dispatch("send", {"text": "hi", "assistant": "demo"})
-    question, reply = client.store.messages(client.selected or "")
-    assert reply.status == "queued" and reply.parent_id == question.id and reply.run_id
 
-    def logged(seq: int, kind: EventType, payload: object, event_id: str | None = None) -> LoggedEvent:
-        return LoggedEvent(seq=seq, origin="server", event_id=event_id or client.s.new_id(), type=kind,
-                           payload=payload, created_at="2026-11-30T12:00:00.000Z")  # type: ignore[arg-type]
-
-    # The server starts streaming: deltas show at once; one that skips ahead waits for a checkpoint.
-    streaming = reply.model_copy(update={"status": "streaming", "content": ""})
+async def confirm_outbox(client: Client) -> int:
+    """The server takes everything in the outbox (as if it had been sent): returns the cursor."""
     pending = [p.event for p in client.store.outbox()]
-    await client.store.apply_remote([logged(i + 1, e.type, e.payload, e.event_id) for i, e in enumerate(pending)]
-                                    + [logged(4, EventType.MESSAGE_EDITED, streaming)], 4)
+    seq = client.store.last_seq()
+    await client.store.apply_remote([logged(client, seq + i + 1, e.type, e.payload, e.event_id) for i, e in enumerate(pending)])
     client.redraw()
-    for offset, text in ((0, "Hel"), (3, "lo"), (2, "llo"), (9, "far ahead")):
-        client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=offset, text=text))
-    assert '<div class="content">Hello</div>' in view.regions["messages"] and "far ahead" not in view.regions["messages"]
+    return client.store.last_seq()
+
+
+async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_node_changes(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    await client.dispatch("send", {"text": "earlier", "assistant": ""})
+    await client.dispatch("send", {"text": "hi", "assistant": "demo"})
+    _, question, reply = client.store.messages(client.selected or "")
+    assert reply.status == "queued" and reply.parent_id == question.id and reply.run_id
+    seq = await confirm_outbox(client)
+    earlier_node, question_node = page.node(client.store.messages(client.selected or "")[0].id), page.node(question.id)
+    morphed = question_node.morphs
+
+    # The server starts streaming: deltas show at the next frame; one that skips ahead waits for a checkpoint.
+    streaming = reply.model_copy(update={"status": "streaming", "content": ""})
+    await client.store.apply_remote([logged(client, seq + 1, EventType.MESSAGE_EDITED, streaming)])
+    client.redraw()
+    patches = len(page.patches)
+    text = ""
+    for i in range(50):
+        piece = f"word{i} "
+        client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=len(text), text=piece))
+        text += piece
+    client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=len(text) + 5, text="far ahead"))
+    assert len(page.patches) == patches  # nothing drawn before the frame
+    page.paint()
+    assert len(page.patches) == patches + 1 and list(page.patches[-1]) == [f"m-{reply.id}"]  # one node, once
+    assert f"<p>{text.strip()}</p>" in page.messages and "far ahead" not in page.messages
+    assert page.node(question.id) is question_node and question_node.morphs == morphed
+    assert page.nodes[next(iter(page.nodes))] is earlier_node
+
     # A checkpoint that knows more replaces what the deltas built.
-    checkpoint = streaming.model_copy(update={"content": "Hello, world"})
-    await client.store.apply_remote([logged(5, EventType.MESSAGE_EDITED, checkpoint)], 5)
+    checkpoint = streaming.model_copy(update={"content": text + "and more"})
+    await client.store.apply_remote([logged(client, seq + 2, EventType.MESSAGE_EDITED, checkpoint)])
     client.redraw()
-    assert '<div class="content">Hello, world</div>' in view.regions["messages"] and client.streaming == {}
+    assert f"{text}and more" in page.messages and client.pane.streaming == {}
 
     await client.dispatch("stop-run", {"id": reply.id})
     [stop] = [p.event for p in client.store.outbox()]
     assert stop.type == "AssistantRunCancelled" and stop.payload.message_id == reply.id  # type: ignore[union-attr]
-    assert "Stopped." in view.regions["messages"] and ">Retry<" in view.regions["messages"]
+    assert "Stopped." in page.messages and ">Retry<" in page.messages
     await client.dispatch("retry-run", {"id": reply.id})
     retry = [p.event for p in client.store.outbox()][-1]
     assert isinstance(retry, DomainEvent) and retry.type == "AssistantRunRequested"
     assert retry.payload.parent_id == question.id and retry.payload.message_id != reply.id  # type: ignore[union-attr]
-    assert isinstance(checkpoint, Message)
+    # The retry is a branch beside the stopped reply, and it is the one shown.
+    assert f"m-{retry.payload.message_id}" in page.nodes and f"m-{reply.id}" not in page.nodes  # type: ignore[union-attr]
+    assert ">2 / 2<" in page.messages
+
+
+async def test_a_streaming_reply_is_drawn_by_its_last_block_only(tmp_path: Path) -> None:
+    from webapp import markdown
+
+    client, page = await signed_in(tmp_path)
+    await client.dispatch("send", {"text": "a long one", "assistant": "demo"})
+    _, reply = client.store.messages(client.selected or "")
+    seq = await confirm_outbox(client)
+    await client.store.apply_remote([logged(client, seq + 1, EventType.MESSAGE_EDITED,
+                                            reply.model_copy(update={"status": "streaming"}))])  # fmt: skip
+    client.redraw()
+    text = ""
+    for i in range(40):
+        piece = f"Paragraph {i} with **bold** words.\n\n" if i % 10 else f"```python\nx = {i}\n```\n\n"
+        client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=len(text), text=piece))
+        text += piece
+        page.paint()
+        node = page.node(reply.id)
+        assert markdown.render(text) in node.html  # what the page has is the whole text, rendered
+    assert node.streamed >= 35 and node.morphs <= 3  # drawn by the end of its text, not the whole
+    sent = [html for patch in page.streams[-30:] for _, html in patch.values()]
+    # Each frame carries the blocks after those it kept (two at most here), never the whole text.
+    assert max(len(html) for html in sent) < len(markdown.render(text)) / 5
+
+
+async def test_regenerate_and_edit_make_branches_and_the_model_gets_the_shown_path(tmp_path: Path) -> None:
+    model = EchoModel()
+    client, page = await signed_in(tmp_path, model)
+    chat = client.selected or ""
+    await client.dispatch("send", {"text": "first question", "assistant": DEVICE_MODEL_ID})
+    await client.dispatch("send", {"text": "second question", "assistant": DEVICE_MODEL_ID})
+    assert [t.content for t in model.asked[1]] == ["first question", "answer 1", "second question"]
+    await confirm_outbox(client)
+    q1, a1, q2, a2 = client.store.messages(chat)
+
+    # Regenerate the first answer: a sibling, shown ("2 / 2"), asked about the path to its question only.
+    await client.dispatch("regenerate", {"id": a1.id})
+    assert [t.content for t in model.asked[2]] == ["first question"]
+    a1b = client.store.messages(chat)[-1]
+    assert a1b.parent_id == q1.id and a1b.content == "answer 3"
+    assert list(page.nodes) == [f"m-{q1.id}", f"m-{a1b.id}"] and ">2 / 2<" in page.messages
+    await client.dispatch("send", {"text": "third question", "assistant": DEVICE_MODEL_ID})
+    assert [t.content for t in model.asked[3]] == ["first question", "answer 3", "third question"]
+
+    # Previous branch: the first answer and what followed it, as this device remembers across a reload.
+    await client.dispatch("show-branch", {"fork": q1.id, "id": a1.id})
+    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)] and ">1 / 2<" in page.messages
+    client.store.close()
+    client, page, _ = make_client(tmp_path, model)
+    client.start()
+    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
+
+    # Editing an answered question: a new question beside it, asked again; the old branch stays.
+    await client.dispatch("edit-message", {"id": q2.id})
+    assert "new branch" in (page.composer.note or "")
+    await client.dispatch("send", {"text": "second, better"})
+    q2b, a2b = client.store.messages(chat)[-2:]
+    assert q2b.parent_id == a1.id and q2b.content == "second, better" and a2b.parent_id == q2b.id
+    assert [t.content for t in model.asked[-1]] == ["first question", "answer 1", "second, better"]
+    assert client.store.message(q2.id) == q2  # unchanged
+    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2b, a2b)]
+    await client.dispatch("show-branch", {"fork": a1.id, "id": q2.id})
+    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
+
+
+async def test_a_long_chat_draws_its_latest_messages_and_more_on_demand(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    chat = client.selected or ""
+    for i in range(WINDOW + 10):
+        await client.dispatch("send", {"text": f"message {i}", "assistant": ""})
+    # While it is open, new messages are added below and those above stay (nothing moves)...
+    assert len(page.nodes) == WINDOW + 10 and "<p>message 0</p>" in page.messages
+    # ...opened again, it draws its latest messages, and more on demand.
+    await client.dispatch("select-chat", {"id": chat})
+    assert len(page.nodes) == WINDOW and page.earlier
+    assert f"message {WINDOW + 9}" in page.messages and "<p>message 9</p>" not in page.messages
+    kept = page.node(client.store.messages(chat)[-1].id)
+    await client.dispatch("show-earlier", {})
+    assert len(page.nodes) == WINDOW + 10 and not page.earlier and "<p>message 0</p>" in page.messages
+    assert page.node(client.store.messages(chat)[-1].id) is kept
+    # The list stays within bounds as a chat goes on: at most WINDOW more than it was opened with.
+    await client.dispatch("select-chat", {"id": chat})
+    for i in range(2 * WINDOW):
+        await client.dispatch("send", {"text": f"later {i}", "assistant": ""})
+        assert WINDOW <= len(page.nodes) <= 2 * WINDOW
 
 
 async def test_the_assistant_chosen_is_remembered_when_chosen(tmp_path: Path) -> None:
-    client, view, _ = make_client(tmp_path)
-    await client.dispatch("signin", {"username": "ann", "password": "right one"})
-    await client.dispatch("new-chat", {})
+    client, page = await signed_in(tmp_path)
     await client.dispatch("choose-assistant", {"assistant": "local-tools"})
     await client.dispatch("new-chat", {})
-    assert '<option value="local-tools" selected>' in view.regions["chat"]
+    assert '<option value="local-tools" selected>' in page.regions["assistant-choice"]
+
+
+async def test_copy_gives_a_message_as_its_markdown(tmp_path: Path) -> None:
+    client, _ = await signed_in(tmp_path)
+    await client.dispatch("send", {"text": "some **bold** `code`", "assistant": ""})
+    [message] = client.store.messages(client.selected or "")
+    assert client.source(message.id) == "some **bold** `code`" and client.source("nothing") == ""
+
+
+def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> None:
+    from webapp import ui
+    from webapp.store import Delivery
+
+    reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
+                    role="assistant", content="", created_at=T, assistant_id="demo", run_id=None)  # fmt: skip
+    seen: set[tuple[str, str]] = set()
+    for status in ("queued", "streaming", "completed", "failed_upstream", "cancelled"):
+        html = ui.message_item(ui.Item(message=reply.model_copy(update={"status": status, "last_seq": 3})))
+        seen.add((f'data-state="{status}"', ui.REPLY_STATE[status]))
+        assert f'data-state="{status}"' in html and ui.REPLY_STATE[status] in html
+    question = reply.model_copy(update={"role": "user", "status": "completed", "last_seq": 0})
+    for delivery in ("pending", "sending", "failed"):
+        html = ui.message_item(ui.Item(message=question, delivery=Delivery(delivery, "server error 502")))
+        assert f'data-state="{delivery}"' in html and ui.DELIVERY_STATE[delivery] in html
+    failed = ui.message_item(ui.Item(message=question, delivery=Delivery("failed", "server error 502")))
+    assert "Not sent yet: server error 502. It will be sent again." in failed

@@ -110,10 +110,11 @@ async def test_a_rejected_event_is_rolled_back_to_the_confirmed_state(app: Quart
     await b.add(EventType.CHAT_DELETED, ChatRef(id=chat))
     await b.sync()
     edit = Message(id=message_id, chat_id=chat, role="user", content="edited", created_at=T)
-    await a.add(EventType.MESSAGE_EDITED, edit)
+    edited = await a.add(EventType.MESSAGE_EDITED, edit)
     assert shown(a) == [("edited", True)]
     await a.engine.push()
     assert shown(a) == [("original", False)]  # rolled back to what the server had confirmed to A
+    assert [(r.event.event_id, r.error) for r in a.store.rejected(chat)] == [(edited.event_id, "unknown chat")]  # kept aside
     await a.engine.pull()
     assert shown(a) == [] and a.store.chats() == []
     assert a.store.confirmed() == await server_state(a)

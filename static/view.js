@@ -1,0 +1,206 @@
+// The page's DOM work, called from Python (webapp/browser.py: DomView). Python says what each
+// region holds; this file changes only what differs: message items by key (a node whose HTML did
+// not change is never touched), the rest morphed in place with idiomorph, so focus, selection and
+// what is typed in the composer survive every redraw.
+//
+// Scrolling like a chat: an open chat starts at its latest message; while the reader is at the
+// bottom, new messages and streaming text keep them there; once they scroll up nothing moves
+// (the first message in view stays where it is) and "Jump to latest" appears.
+import { Idiomorph } from "/static/vendor/idiomorph/idiomorph.esm.js";
+
+const NEAR_BOTTOM = 24; // px: this close to the end still counts as reading the latest
+let follow = true;
+let ownTop = null; // where our own last scroll put the scroller (its scroll event is not the reader's)
+
+function scrollTo(scroller, top) {
+  scroller.scrollTop = top;
+  ownTop = scroller.scrollTop;
+}
+
+const byId = (id) => document.getElementById(id);
+
+export function setHtml(region, html) {
+  const element = byId(region);
+  if (element) element.innerHTML = html;
+}
+
+export function morph(region, html) {
+  const element = byId(region);
+  if (element) Idiomorph.morph(element, html, { morphStyle: "innerHTML" });
+}
+
+function fromHtml(html) {
+  const template = document.createElement("template");
+  template.innerHTML = html;
+  return template.content.firstElementChild;
+}
+
+const atBottom = (scroller) => scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight <= NEAR_BOTTOM;
+
+// The first message the reader sees, and where: kept there while things change around it.
+function anchorOf(scroller, list) {
+  const top = scroller.getBoundingClientRect().top;
+  for (const element of list.children) {
+    const box = element.getBoundingClientRect();
+    if (box.bottom > top) return { element, offset: box.top - top };
+  }
+  return null;
+}
+
+function keepAnchor(scroller, anchor) {
+  if (!anchor.element.isConnected) return;
+  const moved = anchor.element.getBoundingClientRect().top - scroller.getBoundingClientRect().top - anchor.offset;
+  if (moved) scrollTo(scroller, scroller.scrollTop + moved);
+}
+
+function showJump(scroller) {
+  const jump = byId("jump");
+  if (jump) jump.hidden = follow || atBottom(scroller);
+}
+
+// A streaming reply's content: its first `kept` elements (blocks that no longer change) stay, the
+// rest is replaced by `html`.
+function streamInto(item, kept, html) {
+  const content = item?.querySelector(".content");
+  if (!content) return;
+  let last = kept > 0 ? content.children[kept - 1] : null;
+  if (last?.nextSibling?.nodeType === Node.TEXT_NODE && !last.nextSibling.textContent.trim()) last = last.nextSibling;
+  while (content.lastChild && content.lastChild !== last) content.lastChild.remove();
+  content.insertAdjacentHTML("beforeend", html);
+}
+
+// {order: [key] | null, changed: {key: html}, opened: bool, earlier: bool, streams: {key: [kept, html]}}
+export function patchMessages(json) {
+  const { order, changed, opened, earlier, streams } = JSON.parse(json);
+  const list = byId("messages");
+  const scroller = byId("scroller");
+  if (!list || !scroller) return;
+  const anchor = follow || opened ? null : anchorOf(scroller, list);
+  if (opened) {
+    list.replaceChildren();
+    follow = true;
+  }
+  const byKey = new Map();
+  for (const element of list.children) byKey.set(element.id, element);
+  if (order === null) {
+    for (const [key, html] of Object.entries(changed)) {
+      const element = byKey.get(key);
+      if (element) Idiomorph.morph(element, html);
+    }
+  } else {
+    let next = list.firstElementChild;
+    for (const key of order) {
+      let element = byKey.get(key);
+      if (element === undefined) {
+        element = fromHtml(changed[key]);
+      } else {
+        byKey.delete(key);
+        if (key in changed) Idiomorph.morph(element, changed[key]);
+      }
+      if (element === next) next = next.nextElementSibling;
+      else list.insertBefore(element, next);
+    }
+    for (const element of byKey.values()) element.remove();
+    byId("earlier").hidden = !earlier;
+  }
+  for (const [key, [kept, html]] of Object.entries(streams)) streamInto(byId(key), kept, html);
+  if (follow) scrollTo(scroller, scroller.scrollHeight);
+  else if (anchor) keepAnchor(scroller, anchor);
+  showJump(scroller);
+}
+
+// {chat, text: string | null, note: html | null}: the composer writes in `chat`; `note` is shown
+// while it edits a message (then its text is not the draft). `text` replaces what it holds, but
+// never what was typed since into the same chat's draft: a chat drawn again keeps what is typed.
+let composerSet = null; // what the last call put there: {chat, text, editing}
+export function setComposer(json) {
+  const { chat, text, note } = JSON.parse(json);
+  const box = byId("composer-text");
+  if (!box) return;
+  const editing = note !== null;
+  const typed = composerSet !== null && composerSet.chat === chat && !composerSet.editing && !editing
+    && box.value !== composerSet.text;
+  box.dataset.chat = chat;
+  box.toggleAttribute("data-draft", !editing);
+  if (text !== null && !typed) {
+    box.value = text;
+    fitComposer(box);
+  }
+  composerSet = { chat, text: box.value, editing };
+  const shown = byId("composer-note");
+  shown.hidden = note === null;
+  shown.innerHTML = note ?? "";
+  byId("assistant-choice").hidden = note !== null;
+}
+
+// The composer grows with its text, up to a limit set in CSS (max-height), then scrolls.
+export function fitComposer(box) {
+  box.style.height = "auto";
+  box.style.height = `${box.scrollHeight + box.offsetHeight - box.clientHeight}px`;
+}
+
+export async function copy(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    // No clipboard API (a page served over plain HTTP): the old way.
+    const scratch = Object.assign(document.createElement("textarea"), { value: text });
+    document.body.append(scratch);
+    scratch.select();
+    document.execCommand("copy");
+    scratch.remove();
+  }
+  button.dataset.copied = "true";
+  setTimeout(() => delete button.dataset.copied, 1500);
+}
+
+export function jumpToLatest() {
+  const scroller = byId("scroller");
+  if (!scroller) return;
+  follow = true;
+  scrollTo(scroller, scroller.scrollHeight);
+  showJump(scroller);
+}
+
+// Listeners that live as long as the page (the scroller itself is drawn anew at each sign-in).
+// The reader leaves the latest only by scrolling up themselves (wheel, touch, keys, scroll bar);
+// scrolls of our own, or the browser's when the scroller changes size, never count as leaving.
+// Back at the bottom by a scroll not our own, they follow again.
+export function wire() {
+  const scroller = () => byId("scroller");
+  const leave = () => { // (the browser may have scrolled already: a passive listener runs after)
+    const element = scroller();
+    if (element && element.scrollHeight > element.clientHeight) follow = false;
+  };
+  const inScroller = (event) => event.target instanceof Node && scroller()?.contains(event.target);
+  document.addEventListener("wheel", (e) => { if (e.deltaY < 0 && inScroller(e)) leave(); }, { passive: true });
+  let touchY = null;
+  document.addEventListener("touchstart", (e) => { touchY = inScroller(e) ? e.touches[0].clientY : null; }, { passive: true });
+  document.addEventListener("touchmove", (e) => {
+    if (touchY !== null && e.touches[0].clientY > touchY) leave();
+  }, { passive: true });
+  document.addEventListener("keydown", (e) => {
+    if (["PageUp", "ArrowUp", "Home"].includes(e.key) && inScroller(e)) leave();
+  });
+  document.addEventListener("mousedown", (e) => { if (e.target === scroller()) leave(); }); // its scroll bar
+  document.addEventListener(
+    "scroll",
+    (event) => {
+      if (event.target.id !== "scroller") return;
+      if (event.target.scrollTop !== ownTop && atBottom(event.target)) follow = true;
+      showJump(event.target);
+    },
+    { capture: true, passive: true },
+  );
+  // The scroller shrinks when the composer grows or the window changes: the latest stays in view.
+  const resized = new ResizeObserver((entries) => {
+    for (const entry of entries) if (follow) scrollTo(entry.target, entry.target.scrollHeight);
+  });
+  new MutationObserver(() => {
+    const element = scroller();
+    if (element && !element.dataset.watched) {
+      element.dataset.watched = "true";
+      resized.observe(element);
+    }
+  }).observe(byId("root"), { childList: true });
+}
