@@ -71,7 +71,7 @@ class ToolAssistant:
             else:
                 done = self._message(run, "tool_result", result, call.id)
                 yield self._event(run, EventType.TOOL_CALL_SUCCEEDED, done)
-                answer = f"{source} = {result}" if tool == "calculator" else f"I ran it. Output:\n{result}"
+                answer = f"`{source}` = {result}" if tool == "calculator" else f"I ran it. Output:\n\n{_verbatim(result)}"
                 parent = done.id
         else:
             answer = (
@@ -160,6 +160,12 @@ def calculate(expression: str) -> str:
     return str(result)
 
 
+
+
+def _verbatim(text: str) -> str:
+    """Text shown as it is (a Markdown code block, fenced longer than any run of backticks in it)."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence}\n{text}\n{fence}"
 
 
 def _now(tool: Callable[[str], str]) -> Callable[[str], Awaitable[str]]:

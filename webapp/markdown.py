@@ -40,9 +40,7 @@ class _GfmLinkify(LinkifyIt):  # type: ignore[misc]
     not every word with a dot (``store.py`` is a file, not a site in Paraguay)."""
 
     def match(self, text: str) -> list[Any] | None:
-        found = super().match(text)
-        if not found:
-            return found
+        found: list[Any] = super().match(text) or []
         kept = [m for m in found if m.schema or m.raw.lower().startswith("www.")]
         return kept or None
 

@@ -57,7 +57,7 @@ async def test_an_answer_is_a_tool_call_its_result_and_a_reply_along_one_branch(
     call, result, reply = await answer("12 * 12")
     assert [e.type for e in (call, result, reply)] == ["ToolCallRequested", "ToolCallSucceeded", "MessageAppended"]
     assert json.loads(call.payload.content) == {"tool": "calculator", "input": "12 * 12"}  # type: ignore[union-attr]
-    assert result.payload.content == "144" and reply.payload.content == "12 * 12 = 144"  # type: ignore[union-attr]
+    assert result.payload.content == "144" and reply.payload.content == "`12 * 12` = 144"  # type: ignore[union-attr]
     assert result.payload.parent_id == call.payload.id and reply.payload.parent_id == result.payload.id  # type: ignore[union-attr]
     assert {e.payload.assistant_id for e in (call, result, reply)} == {LOCAL_TOOLS_ID}  # type: ignore[union-attr]
 
@@ -92,7 +92,7 @@ async def test_a_local_answer_made_offline_reaches_the_server_and_the_other_devi
         ("user", "calc: 6 * 7"),
         ("tool_call", json.dumps({"tool": "calculator", "input": "6 * 7"})),
         ("tool_result", "42"),
-        ("assistant", "6 * 7 = 42"),
+        ("assistant", "`6 * 7` = 42"),
     ]
     assert device.store.pending_count() == 5  # the chat, the question and the three answers
 
