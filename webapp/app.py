@@ -6,8 +6,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from html import escape
 from dataclasses import dataclass
+from html import escape
 from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
@@ -22,12 +22,12 @@ from shared.models import (
     RunRequest,
     Session,
 )
+from shared.thread import ROOT, children, path_to
 from webapp import markdown, ui
 from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
 from webapp.pane import MessagePane, MessagesView
 from webapp.store import Account, LocalStore, Rejection, is_pending
 from webapp.sync import Status, SyncEngine
-from shared.thread import ROOT, children, path_to
 from webapp.transport import (
     AssistantInfo,
     NetworkError,
@@ -232,9 +232,9 @@ class Client:
             self._ask_for_runs(self.selected)
 
     def _open_chat(self, chat: Chat | None) -> None:
-        if self.editing is not None and (chat is None or self.store.message(self.editing.message_id) is None
-                                         and self.editing.rejection is None):
-            self.editing = None
+        editing = self.editing
+        if editing is not None and editing.rejection is None and self.store.message(editing.message_id) is None:
+            self.editing = None  # the message being edited was deleted (here or elsewhere)
         self.view.set_html("chat-title", escape(chat.title) if chat else "New chat")
         self._draw_composer()
         self.pane.open(chat.id if chat else None)
