@@ -123,6 +123,7 @@ class Client:
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
         self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
+        self._chat_list = ""  # the chat list's HTML as drawn
 
     # --- assistants ----------------------------------------------------------------------------
 
@@ -190,6 +191,7 @@ class Client:
             return
         device = self.device_model() or {}
         self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
+        self._chat_list = ""
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
         self.editing = None
@@ -223,7 +225,7 @@ class Client:
             first = chats[0].id if chats else None
             chat_changed = chat_changed or first != self.selected
             self.selected = first
-        self.view.morph("chat-list", ui.chat_list(chats, self.selected, self.store.drafted()))
+        self._draw_chat_list(chats)
         if chat_changed:
             self._open_chat(next((c for c in chats if c.id == self.selected), None))
         else:
@@ -553,10 +555,14 @@ class Client:
         """The composer's text, saved as it is typed (the page sends the next one when this one
         is durable), per chat."""
         chat_id = str(data.get("chat") or self.selected or "")
-        had = chat_id in self.store.drafted()
         await self.store.save_draft(chat_id, str(data.get("text", "")))
-        if had != (chat_id in self.store.drafted()):
-            self.view.morph("chat-list", ui.chat_list(self.store.chats(), self.selected, self.store.drafted()))
+        self._draw_chat_list(self.store.chats())  # (its Draft marks)
+
+    def _draw_chat_list(self, chats: list[Chat]) -> None:
+        html = ui.chat_list(chats, self.selected, self.store.drafted())
+        if html != self._chat_list:
+            self._chat_list = html
+            self.view.morph("chat-list", html)
 
     def source(self, message_id: str) -> str:
         """A message's Markdown as it is shown (for Copy)."""

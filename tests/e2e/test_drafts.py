@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import uuid
 from pathlib import Path
@@ -33,6 +34,38 @@ def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> Non
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
     expect(page.locator("textarea[name=text]")).to_have_value("")
+    context.close()
+
+
+# Counts the draft saves, and how many are under way at once.
+COUNT_SAVES = """
+saves = {"calls": 0, "now": 0, "most": 0}
+save_draft = chat_client.store.save_draft
+async def counted(chat_id, text):
+    saves["calls"] += 1
+    saves["now"] += 1
+    saves["most"] = max(saves["most"], saves["now"])
+    try:
+        await save_draft(chat_id, text)
+    finally:
+        saves["now"] -= 1
+chat_client.store.save_draft = counted
+"""
+
+
+def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(browser: Browser, server: Server) -> None:
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    sign(page, f"draft{uuid.uuid4().hex[:8]}", "a long password", signup=True)
+    new_chat(page)
+    page.evaluate("code => pyodide.runPython(code)", COUNT_SAVES)
+    text = "typed fast, every key an input event of its own"
+    page.get_by_role("textbox", name="Message").press_sequentially(text)
+    page.wait_for_function(f"pyodide.runPython('chat_client.store.draft(chat_client.selected)') === {text!r}")
+    saves = page.evaluate("pyodide.runPython('import json; json.dumps(saves)')")
+    calls, most = (int(n) for n in re.findall(r'"(?:calls|most)": (\d+)', saves))
+    assert most == 1 and 1 <= calls < len(text), saves  # one at a time, each carrying what came meanwhile
     context.close()
 
 
