@@ -112,21 +112,21 @@ export function patchMessages(json) {
 // {chat, text: string | null, note: html | null}: the composer writes in `chat`; `note` is shown
 // while it edits a message (then its text is not the draft). `text` replaces what it holds, but
 // never what was typed since into the same chat's draft: a chat drawn again keeps what is typed.
-let composerSet = null; // what the last call put there: {chat, text, editing}
+let composerSet = null; // what the last call put there: {box, chat, text, editing}
 export function setComposer(json) {
   const { chat, text, note } = JSON.parse(json);
   const box = byId("composer-text");
   if (!box) return;
   const editing = note !== null;
-  const typed = composerSet !== null && composerSet.chat === chat && !composerSet.editing && !editing
-    && box.value !== composerSet.text;
+  const typed = composerSet !== null && composerSet.box === box && composerSet.chat === chat
+    && !composerSet.editing && !editing && box.value !== composerSet.text; // (a new sign-in: a new box)
   box.dataset.chat = chat;
   box.toggleAttribute("data-draft", !editing);
   if (text !== null && !typed) {
     box.value = text;
     fitComposer(box);
   }
-  composerSet = { chat, text: box.value, editing };
+  composerSet = { box, chat, text: box.value, editing };
   const shown = byId("composer-note");
   shown.hidden = note === null;
   shown.innerHTML = note ?? "";

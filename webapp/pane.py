@@ -105,6 +105,7 @@ class MessagePane:
             return
         self._drawn = {key: self._drawn[key] for key in order}
         self._streamed = {key: self._streamed[key] for key in order if key in self._streamed}
+        self._renderers = {i: r for i, r in self._renderers.items() if ui.item_key(i) in self._streamed}
         self._order = order
         self.view.patch_messages(order, changed, opened, len(path) > len(shown), streams)
 

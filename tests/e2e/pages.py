@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import uuid
 from typing import Any
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
+
+from tests.processes import Server
 
 BOOT_TIMEOUT = 60_000
 
@@ -37,6 +40,15 @@ def new_chat(page: Page) -> None:
         "document.getElementById('composer-text').dataset.chat === "
         "document.querySelector('.chat-item.selected')?.dataset.id"
     )
+
+
+def signed_up(browser: Browser, server: Server, page: Page | None = None, **context: object) -> Page:
+    """A page (of a new context, unless given) signed up as a new user, in a new chat."""
+    page = page or browser.new_context(base_url=server.url, **context).new_page()  # type: ignore[arg-type]
+    open_app(page)
+    sign(page, f"u{uuid.uuid4().hex[:10]}", "a long password", signup=True)
+    new_chat(page)
+    return page
 
 
 def at_bottom(page: Page) -> bool:

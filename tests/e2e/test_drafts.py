@@ -11,16 +11,12 @@ from pathlib import Path
 from playwright.sync_api import Browser, BrowserContext, Playwright, expect
 
 from tests.e2e.conftest import playwright_config
-from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign
+from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, signed_up
 from tests.processes import Server
 
 
 def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
-    page = context.new_page()
-    open_app(page)
-    sign(page, f"draft{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-    new_chat(page)
+    page = signed_up(browser, server)
     page.fill("textarea[name=text]", "something I have not sent yet")
     expect(page.locator(".chat-item.selected .marker")).to_have_text("Draft")  # saved
     page.reload()
@@ -34,7 +30,7 @@ def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> Non
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
     expect(page.locator("textarea[name=text]")).to_have_value("")
-    context.close()
+    page.context.close()
 
 
 # Counts the draft saves, and how many are under way at once.
@@ -54,11 +50,7 @@ chat_client.store.save_draft = counted
 
 
 def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
-    page = context.new_page()
-    open_app(page)
-    sign(page, f"draft{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-    new_chat(page)
+    page = signed_up(browser, server)
     page.evaluate("code => pyodide.runPython(code)", COUNT_SAVES)
     text = "typed fast, every key an input event of its own"
     page.get_by_role("textbox", name="Message").press_sequentially(text)
@@ -66,7 +58,7 @@ def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(browser: Browser, se
     saves = page.evaluate("pyodide.runPython('import json; json.dumps(saves)')")
     calls, most = (int(n) for n in re.findall(r'"(?:calls|most)": (\d+)', saves))
     assert most == 1 and 1 <= calls < len(text), saves  # one at a time, each carrying what came meanwhile
-    context.close()
+    page.context.close()
 
 
 def _browser_processes(profile: Path) -> list[int]:

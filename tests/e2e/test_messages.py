@@ -7,15 +7,15 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Route, expect
 
 from tests.e2e.pages import (
     BOOT_TIMEOUT,
     at_bottom,
-    new_chat,
     open_app,
     send,
     sign,
+    signed_up,
     wait_for_service_worker,
 )
 from tests.fake_upstream import FakeUpstream
@@ -57,14 +57,6 @@ def markdown_server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpst
     server.start()
     yield server
     server.stop()
-
-
-def signed_up(browser: Browser, server: Server, page: Page | None = None, **context: object) -> Page:
-    page = page or browser.new_context(base_url=server.url, **context).new_page()  # type: ignore[arg-type]
-    open_app(page)
-    sign(page, f"m{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)
-    new_chat(page)
-    return page
 
 
 def test_markdown_and_code_render_and_nothing_hostile_runs(browser: Browser, markdown_server: Server) -> None:
