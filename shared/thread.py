@@ -39,18 +39,30 @@ class Step:
 
 def parents(links: Iterable[Link]) -> dict[str, str]:
     """Each message's parent in the tree (ROOT for the first ones), in the order of creation (ids
-    are UUIDv7: they break ties of time in that order too)."""
+    are UUIDv7: they break ties of time in that order too).
+
+    Clocks of devices differ, so a parent may look newer than its child; an orphan then never
+    follows one of its own descendants (that would be a cycle, cut off from the root): it starts
+    a branch at the root instead."""
     ordered = sorted(links, key=lambda link: (link.created_at, link.id))
     ids = {link.id for link in ordered}
-    found: dict[str, str] = {}
+    found = {link.id: link.parent_id or ROOT for link in ordered if link.parent_id is None or link.parent_id in ids}
     previous = ROOT
     for link in ordered:
-        if link.parent_id is None:
-            found[link.id] = ROOT
-        else:
-            found[link.id] = link.parent_id if link.parent_id in ids else previous
+        if link.id not in found:
+            found[link.id] = ROOT if _descends(previous, link.id, found) else previous
         previous = link.id
     return found
+
+
+def _descends(node: str, ancestor: str, up: dict[str, str]) -> bool:
+    seen = set()
+    while node in up and node not in seen:
+        if node == ancestor:
+            return True
+        seen.add(node)
+        node = up[node]
+    return node == ancestor
 
 
 def children(links: Iterable[Link]) -> dict[str, list[str]]:

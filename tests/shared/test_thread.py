@@ -43,6 +43,13 @@ def test_a_message_whose_parent_was_deleted_follows_the_one_before_it() -> None:
     assert path_to(chat, "d") == ["a", "b", "c", "d"] and path_to(chat, "gone") == []
 
 
+def test_an_orphan_never_follows_its_own_descendant() -> None:
+    # clocks differ between devices: "b" answers "a" but looks older, and "a"'s parent is gone
+    chat = [link("b", "a", 1), link("a", "gone", 2)]
+    assert parents(chat) == {"a": ROOT, "b": "a"}
+    assert ids(shown_path(chat, {})) == ["a", "b"]
+
+
 def test_an_assistant_is_asked_about_the_path_to_its_question() -> None:
     messages = [
         Message(id=f"00000000-0000-7000-8000-00000000000{i}", chat_id="00000000-0000-7000-8000-000000000000",
@@ -86,3 +93,5 @@ def test_the_shown_path_is_a_chain_of_the_tree_and_what_an_assistant_is_asked_ab
     if path:
         assert path_to(links, path[-1].id) == ids(path)  # the assistant's history is the path shown
     assert bool(path) == bool(links)
+    for link_ in links:  # every message is reachable from the root: no cycles
+        assert path_to(links, link_.id)[0] in {child for child, parent in up.items() if parent == ROOT}
