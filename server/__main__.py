@@ -1,4 +1,4 @@
-"""``python -m server serve|compact|add-user NAME [--database-url URL] ...`` (see README.md)."""
+"""``python -m server serve|compact|add-user NAME|export|import [--database-url URL] ...`` (see README.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from server import auth
 from server.app import create_app, describe, open_store, utc_now
 from server.config import Settings, add_arguments
 from server.store import UsernameTaken
+from server.transfer import export_account, import_account
 from server.tuning import decline_websocket_compression, tune_garbage_collection
 from shared.models import Credentials
 
@@ -34,8 +35,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_user.add_argument("username")
     add_arguments(add_user)
+    for name, summary in (
+        ("export", "write an account's chats and messages to stdout as a chat export (JSON)"),
+        ("import", "add the chats and messages of a chat export read from stdin to an account"),
+    ):
+        transfer = commands.add_parser(name, help=summary)
+        transfer.add_argument("--user", required=True, help="the account's username")
+        add_arguments(transfer)
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username")}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user")}
     settings = Settings.from_env(**overrides)
     if args.command == "serve":
         asyncio.run(_serve(settings))
@@ -43,6 +51,10 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_compact(settings))
     elif args.command == "add-user":
         sys.exit(asyncio.run(_add_user(settings, args.username)))
+    elif args.command == "export":
+        sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout)))
+    elif args.command == "import":
+        sys.exit(asyncio.run(import_account(settings, args.user, sys.stdin.buffer)))
 
 
 async def _add_user(settings: Settings, username: str) -> int:

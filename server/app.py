@@ -37,12 +37,12 @@ from server.store import (
     Rejected,
     SessionInfo,
     UsernameTaken,
+    content_error,
 )
 from shared.models import (
     Credentials,
     DomainEvent,
     EventType,
-    Message,
     Session,
     StateResponse,
     SubmitResponse,
@@ -327,11 +327,11 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             except ValidationError as e:
                 error = describe(e)
             else:
-                too_long = isinstance(event.payload, Message) and len(event.payload.content) > settings.max_content_chars
-                if not too_long:
+                too_long = content_error(event, settings.max_content_chars)
+                if too_long is None:
                     batch.append(event)
                     continue
-                error = f"the message is longer than {settings.max_content_chars:,} characters (this server's limit)"
+                error = too_long
             try:
                 event_id = str(uuid.UUID(str(event_id)))
             except ValueError:

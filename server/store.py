@@ -199,3 +199,11 @@ def validation_error(event: DomainEvent, state: StateReader) -> str | None:
         if status in ENDED and payload.status != status:
             return f"the run of this message has ended ({status})"
     return None
+
+
+def content_error(event: DomainEvent, max_content_chars: int) -> str | None:
+    """Why ``event`` is over this server's limit on a message's length, or None when it is not
+    (checked before the append, as a ``Rejected``: ``POST /sync/events`` and ``python -m server import``)."""
+    if isinstance(event.payload, Message) and len(event.payload.content) > max_content_chars:
+        return f"the message is longer than {max_content_chars:,} characters (this server's limit)"
+    return None

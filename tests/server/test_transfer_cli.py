@@ -1,0 +1,213 @@
+"""`python -m server export` and `import`: an account's chats from SQLite to PostgreSQL and back,
+the same state on arrival, a second import that changes nothing, and clear refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from server.config import ROOT
+from server.db import open_database
+from server.event_store import SqlEventStore
+from shared.models import DomainEvent
+from tests.conftest import drop_schema, postgres_schema
+from tests.server.events import event, new_id
+from tests.server.stores import Clock
+
+T = "2026-11-30T12:00:00.000Z"
+
+
+def cli(*args: str, input: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "server", *args], cwd=ROOT, input=input, capture_output=True, text=True, timeout=60
+    )
+
+
+async def run(*args: str, input: str = "") -> subprocess.CompletedProcess[str]:
+    done = await asyncio.to_thread(cli, *args, input=input)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+async def opened(url: str) -> SqlEventStore:
+    store = SqlEventStore(open_database(url), Clock())
+    await store.open()
+    return store
+
+
+async def account(store: SqlEventStore, username: str) -> str:
+    account_id = new_id()
+    await store.create_account(account_id, username, "not a real hash")
+    return account_id
+
+
+def msg(id: str, chat: str, role: str = "user", content: str = "hi", parent: str | None = None, **more: Any) -> dict[str, Any]:
+    return {"id": id, "chatId": chat, "role": role, "content": content, "parentId": parent, "createdAt": T, **more}
+
+
+async def seed(store: SqlEventStore, account_id: str) -> int:
+    """A renamed chat with a branch (two answers to one question), an edited and a deleted
+    message (and the follow-up of the deleted one), a chat of tools with a run still queued and a
+    reply still streaming, and a chat deleted with its messages. Returns how many messages remain."""
+    trip, tools, gone = new_id(), new_id(), new_id()
+    q1, a1, a2, q2, q3, after = (new_id() for _ in range(6))
+    call, result, error, streaming, queued, doomed = (new_id() for _ in range(6))
+    demo = {"assistantId": "demo", "runId": new_id()}
+    events = [
+        event("ChatCreated", {"id": trip, "title": "Trip", "createdAt": T}),
+        event("ChatUpdated", {"id": trip, "title": "Trip to Lisbon ✈", "createdAt": T}),
+        event("MessageAppended", msg(q1, trip, content="Where should we stay?")),
+        event("MessageAppended", msg(a1, trip, "assistant", "Alfama.", q1, **demo)),
+        event("MessageAppended", msg(a2, trip, "assistant", "Príncipe Real.", q1, status="cancelled", **demo)),
+        event("MessageAppended", msg(q2, trip, content="And to eat?", parent=a1)),
+        event("MessageEdited", msg(q2, trip, content="And where to eat?", parent=a1)),
+        event("MessageAppended", msg(q3, trip, content="Typo", parent=a2)),
+        event("MessageAppended", msg(after, trip, content="Follows the typo", parent=q3)),
+        event("MessageDeleted", {"id": q3, "chatId": trip}),
+        event("ChatCreated", {"id": tools, "title": "Sums", "createdAt": T}),
+        event("ToolCallRequested", msg(call, tools, "tool_call", '{"tool": "calc", "input": "6*7"}')),
+        event("ToolCallSucceeded", msg(result, tools, "tool_result", "42", call)),
+        event("ToolCallFailed", msg(error, tools, "error", "division by zero", result)),
+        event("MessageAppended", msg(streaming, tools, "assistant", "Half an ans", error, status="streaming", **demo)),
+        event(
+            "AssistantRunRequested",
+            {"runId": new_id(), "chatId": tools, "parentId": error, "messageId": queued, "assistantId": "demo"},
+        ),
+        event("ChatCreated", {"id": gone, "title": "Gone", "createdAt": T}),
+        event("MessageAppended", msg(doomed, gone)),
+        event("ChatDeleted", {"id": gone}),
+    ]
+    results, _ = await store.append(account_id, "dev", [DomainEvent.model_validate(e) for e in events])
+    assert all(r.status == "accepted" for r in results), results
+    return 10
+
+
+async def state(store: SqlEventStore, account_id: str) -> dict[str, Any]:
+    page = await store.read_state(account_id, None, None, 10_000, None)
+    assert page.next_page is None
+    return {"seq": page.current_seq, **page.snapshot.model_dump()}
+
+
+def comparable(full: dict[str, Any]) -> dict[str, Any]:
+    """The chats and messages without what the server fills in, runs still going as imported."""
+    fills = ("updated_at", "last_seq")
+    messages = [{k: v for k, v in m.items() if k not in fills} for m in full["messages"]]
+    for m in messages:
+        if m["status"] in ("queued", "streaming"):
+            m["status"] = "cancelled"
+    return {
+        "chats": sorted(({k: v for k, v in c.items() if k not in fills} for c in full["chats"]), key=lambda c: c["id"]),
+        "messages": sorted(messages, key=lambda m: m["id"]),
+    }
+
+
+async def test_an_account_moves_between_sqlite_and_postgresql_and_back(tmp_path: Path) -> None:
+    lite_url = f"sqlite:///{tmp_path / 'chat.db'}"
+    schema, pg_url = await postgres_schema()
+    lite, pg = await opened(lite_url), await opened(pg_url)
+    try:
+        alice, bob, carol = await account(lite, "alice"), await account(pg, "bob"), await account(lite, "carol")
+        messages = await seed(lite, alice)
+        original = await state(lite, alice)
+        assert (len(original["chats"]), len(original["messages"])) == (2, messages)
+
+        exported = await run("export", "--database-url", lite_url, "--user", "alice")
+        assert exported.returncode == 0, exported.stderr
+        assert f"exported 2 chats, {messages} messages of alice" in exported.stderr
+        wire = json.loads(exported.stdout)
+        assert (wire["format"], wire["version"]) == ("chat-export", 1)
+        assert {m["id"]: m["lastSeq"] for m in wire["messages"]} == {m["id"]: m["last_seq"] for m in original["messages"]}
+
+        # SQLite -> PostgreSQL (three events a transaction: the order holds across batches).
+        imported = await run(
+            "import", "--database-url", pg_url, "--user", "bob", "--max-batch-events", "3", input=exported.stdout
+        )
+        assert imported.returncode == 0, imported.stderr
+        assert f"imported 2 chats, {messages} messages (0 duplicates, 0 rejected)" in imported.stderr
+        arrived = await state(pg, bob)
+        assert comparable(arrived) == comparable(original)
+        assert {m["status"] for m in arrived["messages"]} == {"completed", "cancelled"}  # no run is left going
+
+        again = await run("import", "--database-url", pg_url, "--user", "bob", input=exported.stdout)
+        assert again.returncode == 0, again.stderr
+        assert f"imported 0 chats, 0 messages ({2 + messages} duplicates, 0 rejected)" in again.stderr
+        assert await state(pg, bob) == arrived  # not a row, not a seq changed
+
+        # PostgreSQL -> SQLite.
+        back = await run("export", "--database-url", pg_url, "--user", "bob")
+        assert back.returncode == 0, back.stderr
+        home = await run("import", "--database-url", lite_url, "--user", "carol", input=back.stdout)
+        assert home.returncode == 0, home.stderr
+        assert f"imported 2 chats, {messages} messages (0 duplicates, 0 rejected)" in home.stderr
+        assert comparable(await state(lite, carol)) == comparable(original)
+
+        # The export of an imported account is the same events as the file it came from.
+        same = await run("import", "--database-url", lite_url, "--user", "carol", input=exported.stdout)
+        assert f"imported 0 chats, 0 messages ({2 + messages} duplicates, 0 rejected)" in same.stderr
+
+        # An import never overwrites: into the account it came from, everything is there already.
+        before = await state(lite, alice)
+        onto_itself = await run("import", "--database-url", lite_url, "--user", "alice", input=exported.stdout)
+        assert onto_itself.returncode == 3
+        assert f"imported 0 chats, 0 messages (0 duplicates, {2 + messages} rejected)" in onto_itself.stderr
+        assert "already exists" in onto_itself.stderr
+        assert await state(lite, alice) == before
+    finally:
+        await lite.close()
+        await pg.close()
+        await drop_schema(schema)
+
+
+async def test_what_the_server_refuses_is_reported_and_the_rest_goes_in(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    store = await opened(url)
+    try:
+        alice, dora = await account(store, "alice"), await account(store, "dora")
+        chat, short, long, child = new_id(), new_id(), new_id(), new_id()
+        events = [
+            event("ChatCreated", {"id": chat, "title": "Limits", "createdAt": T}),
+            event("MessageAppended", msg(short, chat, content="short")),
+            event("MessageAppended", msg(long, chat, content="far too long", parent=short)),
+            event("MessageAppended", msg(child, chat, content="ok", parent=long)),
+        ]
+        await store.append(alice, "dev", [DomainEvent.model_validate(e) for e in events])
+        exported = await run("export", "--database-url", url, "--user", "alice")
+        # A message of a chat that is not in the file is skipped.
+        wire = json.loads(exported.stdout)
+        wire["messages"].append({**wire["messages"][0], "id": new_id(), "chatId": new_id()})
+
+        done = await run(
+            "import", "--database-url", url, "--user", "dora", "--max-content-chars", "5", input=json.dumps(wire)
+        )
+        assert done.returncode == 3
+        assert f"rejected message {long}: the message is longer than 5 characters" in done.stderr
+        assert "skipped 1 messages whose chat is not in the file" in done.stderr
+        assert "imported 1 chats, 2 messages (0 duplicates, 1 rejected)" in done.stderr
+        kept = {m["id"]: m["parent_id"] for m in (await state(store, dora))["messages"]}
+        assert kept == {short: None, child: long}  # its parent refused, the follow-up stays
+    finally:
+        await store.close()
+
+
+async def test_a_file_that_is_not_an_export_or_an_unknown_user_is_refused_plainly(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    store = await opened(url)
+    try:
+        await account(store, "alice")
+        good = (await run("export", "--database-url", url, "--user", "alice")).stdout
+        newer = json.dumps({**json.loads(good), "version": 2})
+        for text, complaint in [("not json at all", "Invalid JSON"), ("", "EOF"), (newer, "version"), ("[]", "the file")]:
+            done = await run("import", "--database-url", url, "--user", "alice", input=text)
+            assert done.returncode == 2, done.stderr
+            assert "cannot import: this is not a chat export" in done.stderr and complaint in done.stderr, done.stderr
+        for command, text in (("import", good), ("export", "")):
+            done = await run(command, "--database-url", url, "--user", "nobody", input=text)
+            assert done.returncode == 1 and done.stdout == ""
+            assert f"cannot {command}: there is no account 'nobody'" in done.stderr, done.stderr
+        assert (await state(store, (await store.find_account("alice")).id))["seq"] == 0  # type: ignore[union-attr]
+    finally:
+        await store.close()
