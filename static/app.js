@@ -164,6 +164,24 @@ async function saveDrafts() {
   }
 }
 
+// Search as the user types: one search at a time, the next one with what the box holds then.
+let searchWanted = null;
+let searching = false;
+async function search(text) {
+  searchWanted = text;
+  if (searching) return;
+  searching = true;
+  try {
+    while (searchWanted !== null) {
+      const next = searchWanted;
+      searchWanted = null;
+      await dispatch("search", { text: next }).catch(() => {});
+    }
+  } finally {
+    searching = false;
+  }
+}
+
 function copyFrom(button) {
   const action = button.dataset.action;
   const text = action === "copy-code"
@@ -185,10 +203,16 @@ function wireEvents() {
     send(target.dataset.action, { ...target.dataset });
   });
   // The assistant chosen in the composer is remembered as soon as it is chosen.
-  document.addEventListener("change", (e) => {
+  document.addEventListener("change", async (e) => {
     if (e.target.matches("select[name=assistant]")) send("choose-assistant", { assistant: e.target.value });
+    if (e.target.matches("input[data-import]") && e.target.files.length) {
+      const file = e.target.files[0];
+      e.target.value = "";
+      send("import", { name: file.name, text: await file.text() });
+    }
   });
   document.addEventListener("input", (e) => {
+    if (e.target.matches("[data-search]")) return search(e.target.value);
     if (!e.target.matches("#composer-text")) return;
     view.fitComposer(e.target);
     if (!e.target.hasAttribute("data-draft")) return; // editing a message: not the chat's draft
@@ -211,7 +235,25 @@ function wireEvents() {
     }
   });
   document.addEventListener("keydown", (e) => {
-    if (e.key !== "Enter" || e.shiftKey || e.isComposing || !e.target.matches("#composer-text")) return;
+    if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
+      const box = document.getElementById("search");
+      if (!box) return;
+      e.preventDefault();
+      view.toggleChats(true);
+      box.focus();
+      box.select();
+      return;
+    }
+    if (e.key === "Escape" && e.target.matches("[data-search]") && e.target.value) {
+      e.target.value = "";
+      return search("");
+    }
+    if (e.key === "Escape" && e.target.closest("form.rename")) return send("cancel-rename", {});
+    if (e.key === "Escape" && document.getElementById("root").dataset.drawer === "open") return view.toggleChats(false);
+    // Enter sends on a desktop; on a touch screen it is a new line (Send is the button), and an
+    // Enter that ends an input method's composition never sends.
+    if (e.key !== "Enter" || e.shiftKey || e.isComposing || e.keyCode === 229 || !e.target.matches("#composer-text")) return;
+    if (matchMedia("(pointer: coarse)").matches) return;
     e.preventDefault();
     e.target.form.requestSubmit();
   });

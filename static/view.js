@@ -154,6 +154,40 @@ export async function copy(text, button) {
   setTimeout(() => delete button.dataset.copied, 1500);
 }
 
+// A search result: the reader goes to this message (it stays there: no following the latest).
+export function reveal(key) {
+  const element = byId(key);
+  const scroller = byId("scroller");
+  if (!element || !scroller) return;
+  follow = false;
+  element.scrollIntoView({ block: "center" });
+  ownTop = scroller.scrollTop;
+  element.dataset.found = "true";
+  element.tabIndex = -1;
+  element.focus({ preventScroll: true });
+  setTimeout(() => delete element.dataset.found, 2000);
+  showJump(scroller);
+}
+
+// The chat list on a narrow screen is a drawer over the chat: open, closed, or the other way (null).
+export function toggleChats(open) {
+  const root = byId("root");
+  const shown = open ?? root.dataset.drawer !== "open";
+  if (shown) root.dataset.drawer = "open";
+  else delete root.dataset.drawer;
+  document.querySelectorAll("[data-action=toggle-chats]").forEach((b) => b.setAttribute("aria-expanded", String(shown)));
+}
+
+// A file to save (an export), made here: nothing goes over the network.
+export function download(filename, type, text) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const link = Object.assign(document.createElement("a"), { href: url, download: filename });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
 export function jumpToLatest() {
   const scroller = byId("scroller");
   if (!scroller) return;

@@ -7,7 +7,6 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from html import escape
 from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
@@ -25,6 +24,7 @@ from shared.models import (
 from shared.thread import ROOT, children, path_to
 from webapp import markdown, ui
 from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
+from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
 from webapp.pane import MessagePane, MessagesView
 from webapp.store import Account, LocalStore, Rejection, is_pending
 from webapp.sync import Status, SyncEngine
@@ -49,7 +49,7 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("background task failed: %s", task.get_coro(), exc_info=task.exception())
 
 
-class View(MessagesView, Protocol):
+class View(MessagesView, ChatsView, Protocol):
     def set_html(self, region: str, html: str) -> None:
         """Replace the content of the element with this id."""
 
@@ -67,6 +67,12 @@ class View(MessagesView, Protocol):
 
     def restore_text(self, selector: str, text: str) -> None:
         """Put text back into an input the user has not typed into again since."""
+
+    def reveal(self, key: str) -> None:
+        """Scroll the message list to this item and mark it for a moment (a search result)."""
+
+    def toggle_chats(self, open: bool | None = None) -> None:
+        """On a narrow screen: open or close the chat list's drawer (None: the other way)."""
 
 
 class AuthApi(Protocol):
@@ -118,12 +124,15 @@ class Client:
             on_online=self._on_online,
         )
         self.pane = MessagePane(self.store, self.view, services.schedule_frame)
+        self.chats = Chats(self.store, self.view, ChatsHost(
+            selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
+            kick=self.engine.kick, now=services.now,
+        ))  # fmt: skip
         self.selected: str | None = None
         self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
         self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
-        self._chat_list = ""  # the chat list's HTML as drawn
 
     # --- assistants ----------------------------------------------------------------------------
 
@@ -191,7 +200,7 @@ class Client:
             return
         device = self.device_model() or {}
         self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
-        self._chat_list = ""
+        self.chats.reset()
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
         self.editing = None
@@ -225,10 +234,11 @@ class Client:
             first = chats[0].id if chats else None
             chat_changed = chat_changed or first != self.selected
             self.selected = first
-        self._draw_chat_list(chats)
+        self.chats.draw_list(chats)
         if chat_changed:
             self._open_chat(next((c for c in chats if c.id == self.selected), None))
         else:
+            self.chats.draw_head(next((c for c in chats if c.id == self.selected), None))
             self.pane.draw()
         if self.selected is not None:
             self._ask_for_runs(self.selected)
@@ -237,7 +247,7 @@ class Client:
         editing = self.editing
         if editing is not None and editing.rejection is None and self.store.message(editing.message_id) is None:
             self.editing = None  # the message being edited was deleted (here or elsewhere)
-        self.view.set_html("chat-title", escape(chat.title) if chat else "New chat")
+        self.chats.draw_head(chat)
         self._draw_composer()
         self.pane.open(chat.id if chat else None)
 
@@ -278,9 +288,10 @@ class Client:
     # --- actions -------------------------------------------------------------------------------
 
     async def dispatch(self, action: str, data: dict[str, Any]) -> None:
+        name = action.replace("-", "_")
         handler: Callable[[dict[str, Any]], Awaitable[None]] | None = getattr(
-            self, "_on_" + action.replace("-", "_"), None
-        )
+            self, "_on_" + name, None
+        ) or getattr(self.chats, "on_" + name, None)
         if handler is None:
             raise ValueError(f"unknown action {action!r}")
         await handler(data)
@@ -305,7 +316,24 @@ class Client:
     async def _on_select_chat(self, data: dict[str, Any]) -> None:
         self.selected, self.editing = str(data["id"]), None
         self.redraw(chat_changed=True)
+        self.view.toggle_chats(False)
         self.view.focus("#composer-text")
+
+    async def _on_toggle_chats(self, data: dict[str, Any]) -> None:
+        self.view.toggle_chats()
+
+    async def _show_message(self, chat_id: str, message_id: str | None) -> None:
+        """Open a chat at one of its messages (a search result): the branch that holds it is
+        shown, and the pane goes to it."""
+        if self.store.chat(chat_id) is None:
+            return
+        if message_id is not None and self.store.message(message_id) is not None:
+            await self.store.show_path(chat_id, path_to(self.store.links(chat_id), message_id))
+        self.selected, self.editing = chat_id, None
+        self.redraw(chat_changed=True)
+        self.view.toggle_chats(False)
+        if message_id is not None and self.pane.reach(message_id):
+            self.view.reveal(ui.item_key(message_id))
 
     async def _on_new_chat(self, data: dict[str, Any]) -> None:
         await self._new_chat()
@@ -313,7 +341,7 @@ class Client:
 
     async def _new_chat(self) -> str:
         now = self.s.now()
-        chat = Chat(id=self.s.new_id(), title=f"Chat {len(self.store.chats()) + 1}", created_at=now)
+        chat = Chat(id=self.s.new_id(), title=DEFAULT_TITLE, created_at=now)
         self.selected, self.editing = chat.id, None
         self.view.set_composer(chat.id, "", None)  # at once: what is typed from now on is the new chat's
         await self._submit(EventType.CHAT_CREATED, chat)
@@ -351,6 +379,7 @@ class Client:
         except Exception:
             self.view.restore_text("#composer-text", text)  # not saved: the text goes back
             raise
+        await self.chats.title_from_first_message(chat_id)
         self.redraw()
         assistant = str(data.get("assistant", self.chosen_assistant()))
         if assistant != self.store.setting("assistant"):
@@ -556,13 +585,7 @@ class Client:
         is durable), per chat."""
         chat_id = str(data.get("chat") or self.selected or "")
         await self.store.save_draft(chat_id, str(data.get("text", "")))
-        self._draw_chat_list(self.store.chats())  # (its Draft marks)
-
-    def _draw_chat_list(self, chats: list[Chat]) -> None:
-        html = ui.chat_list(chats, self.selected, self.store.drafted())
-        if html != self._chat_list:
-            self._chat_list = html
-            self.view.morph("chat-list", html)
+        self.chats.draw_list()  # (its Draft marks)
 
     def source(self, message_id: str) -> str:
         """A message's Markdown as it is shown (for Copy)."""
@@ -570,6 +593,10 @@ class Client:
         if message is None:
             return ""
         return max(self.pane.streaming.get(message_id, ""), message.content, key=len)
+
+    async def _submit_and_draw(self, kind: EventType, payload: Any) -> None:
+        await self._submit(kind, payload)
+        self.redraw()
 
     async def _submit(
         self,

@@ -235,6 +235,15 @@ class DomView:
         if element is not None and not element.value:
             element.value = text
 
+    def reveal(self, key: str) -> None:
+        js.chatView.reveal(key)
+
+    def toggle_chats(self, open: bool | None = None) -> None:
+        js.chatView.toggleChats(open)
+
+    def download(self, filename: str, mime: str, text: str) -> None:
+        js.chatView.download(filename, mime, text)
+
 
 def _next_frame(draw: Callable[[], None]) -> None:
     js.requestAnimationFrame(create_once_callable(lambda _time: draw()))

@@ -72,6 +72,18 @@ class MessagePane:
         self._drawn, self._streamed, self._order = {}, {}, []
         self.draw(opened=True)
 
+    def reach(self, message_id: str) -> bool:
+        """Draw the open chat back to this message (and a few before it); False when it is not
+        on the shown path."""
+        path = [step.id for step in self.path()]
+        if message_id not in path:
+            return False
+        needed = len(path) - path.index(message_id) + 3
+        if needed > self.window:
+            self.window = needed
+            self.draw()
+        return True
+
     def show_earlier(self) -> None:
         self.window += WINDOW
         self.draw()

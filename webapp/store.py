@@ -34,7 +34,8 @@ from shared.models import (
 )
 from shared.reducer import PENDING_SEQ, apply
 from shared.schema import CHATS, MESSAGES, Sql, Table
-from shared.thread import ROOT, Link
+from shared.thread import ROOT, Link, children
+from webapp import search as fulltext
 from webapp.transport import RunInfo
 
 SHOWN = Sql("sqlite", scoped=False)
@@ -183,6 +184,13 @@ def _migration_5(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_6(conn: sqlite3.Connection) -> None:
+    """Full-text search over titles and messages (webapp/search.py), and the replies still being
+    written found without reading every message (the chat list marks their chats)."""
+    fulltext.create_index(conn)
+    conn.execute("CREATE INDEX messages_running ON messages (chat_id) WHERE status IN ('queued', 'streaming')")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -190,6 +198,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0003_outbox_statuses", _migration_3),
     ("0004_rejected_events", _migration_4),
     ("0005_branch_choices", _migration_5),
+    ("0006_search", _migration_6),
 ]
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
@@ -331,6 +340,9 @@ class LocalStore:
         with self._transaction() as conn:
             if draft_of is not None:
                 conn.execute("DELETE FROM drafts WHERE chat_id = ?", (draft_of,))
+            if event.type is EventType.CHAT_DELETED:  # what this device kept about the chat goes with it
+                for table in ("drafts", "branch_choices", "rejected_events"):
+                    conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (entity,))
             conn.executemany("DELETE FROM rejected_events WHERE event_id = ?", [(e,) for e in resolves])
             self._show_new_branch(conn, event)
             queued = conn.execute(
@@ -367,6 +379,28 @@ class LocalStore:
             conn.execute(
                 "DELETE FROM branch_choices WHERE chat_id = ? AND fork = ?", (payload.chat_id, payload.parent_id or ROOT)
             )
+
+    async def add_imported(self, events: list[DomainEvent]) -> int:
+        """Queue and show, in one transaction, the events of an import that create what this
+        device does not have yet (an entity already here is left as it is, whatever the file
+        says; an event already queued is not queued twice). Returns how many were queued."""
+        added = 0
+        with self._transaction() as conn:
+            for event in events:
+                table = "chats" if event.type is EventType.CHAT_CREATED else "messages"
+                entity = event.entity_id()
+                if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (entity,)).fetchone() is not None:
+                    continue
+                if conn.execute("SELECT 1 FROM pending_events WHERE event_id = ?", (event.event_id,)).fetchone():
+                    continue
+                conn.execute(
+                    "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
+                    (event.event_id, entity, json.dumps(event.wire())),
+                )
+                self._run(conn, SHOWN, event)
+                added += 1
+        await self._durable()
+        return added
 
     async def mark_attempted(self, event_ids: list[str]) -> None:
         """About to be sent: from now on these events may be on the server, so they are never
@@ -505,11 +539,19 @@ class LocalStore:
         return [DomainEvent.model_validate_json(r[0]) for r in rows]
 
     def _rebuild_shown(self, conn: sqlite3.Connection) -> None:
-        """Shown state := confirmed state + every pending event, in order."""
+        """Shown state := confirmed state + every pending event, in order. Rows that are already
+        as confirmed (same id and lastSeq) are left alone, so their search entries are too."""
         for table in (CHATS, MESSAGES):
             cols = ", ".join(table.column_names)
-            conn.execute(f"DELETE FROM {table.name}")
-            conn.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {CONFIRMED.name(table)}")
+            shown, confirmed = table.name, CONFIRMED.name(table)
+            conn.execute(
+                f"""DELETE FROM {shown} WHERE NOT EXISTS
+                    (SELECT 1 FROM {confirmed} c WHERE c.id = {shown}.id AND c.last_seq = {shown}.last_seq)"""
+            )
+            conn.execute(
+                f"""INSERT INTO {shown} ({cols}) SELECT {cols} FROM {confirmed} c
+                    WHERE NOT EXISTS (SELECT 1 FROM {shown} s WHERE s.id = c.id)"""
+            )
         for pending in self._pending_events(conn):
             self._run(conn, SHOWN, pending)
 
@@ -533,10 +575,26 @@ class LocalStore:
 
     async def choose_branch(self, chat_id: str, fork: str, child_id: str) -> None:
         with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO branch_choices VALUES (?, ?, ?) ON CONFLICT (chat_id, fork) DO UPDATE SET child_id = excluded.child_id",
-                (chat_id, fork, child_id),
-            )
+            self._choose(conn, chat_id, fork, child_id)
+        await self._durable()
+
+    @staticmethod
+    def _choose(conn: sqlite3.Connection, chat_id: str, fork: str, child_id: str) -> None:
+        conn.execute(
+            "INSERT INTO branch_choices VALUES (?, ?, ?) ON CONFLICT (chat_id, fork) DO UPDATE SET child_id = excluded.child_id",
+            (chat_id, fork, child_id),
+        )
+
+    async def show_path(self, chat_id: str, chain: list[str]) -> None:
+        """Show the branch that holds this path (ids from the chat's first message): at each of
+        its forks, its child is chosen, unless it is the newest there (shown anyway)."""
+        tree = children(self.links(chat_id))
+        with self._transaction() as conn:
+            for fork, child in zip([ROOT, *chain], chain):
+                if tree.get(fork, [child])[-1] == child:
+                    conn.execute("DELETE FROM branch_choices WHERE chat_id = ? AND fork = ?", (chat_id, fork))
+                else:
+                    self._choose(conn, chat_id, fork, child)
         await self._durable()
 
     # --- drafts: what the composer held, per chat ----------------------------------------------
@@ -563,8 +621,33 @@ class LocalStore:
     # --- reads for the UI ----------------------------------------------------------------------
 
     def chats(self) -> list[Chat]:
-        rows = self.conn.execute("SELECT * FROM chats ORDER BY created_at DESC, id DESC").fetchall()
+        """Most recent activity first: a chat's newest message, or its creation."""
+        rows = self.conn.execute(
+            """SELECT c.*, COALESCE((SELECT MAX(m.created_at) FROM messages m WHERE m.chat_id = c.id), c.created_at)
+                   AS active FROM chats c ORDER BY active DESC, c.id DESC"""
+        ).fetchall()
         return [Chat.model_validate(dict(r)) for r in rows]
+
+    def running(self) -> set[str]:
+        """The chats with a reply being written."""
+        rows = self.conn.execute("SELECT DISTINCT chat_id FROM messages WHERE status IN ('queued', 'streaming')")
+        return {str(r[0]) for r in rows}
+
+    def unsent(self) -> dict[str, int]:
+        """Chat -> how many of its changes wait to be sent (the outbox but what the server took)."""
+        counts: dict[str, int] = {}
+        for row in self.conn.execute(f"SELECT entity_id, body FROM pending_events WHERE status IN {UNSENT!r}"):
+            payload = json.loads(row["body"])["payload"]
+            chat = payload.get("chatId") or row["entity_id"]  # a chat's own event: the chat
+            counts[chat] = counts.get(chat, 0) + 1
+        return counts
+
+    def search(self, text: str) -> list[fulltext.Hit]:
+        """Titles and messages matching what was typed, newest first (webapp/search.py)."""
+        return fulltext.search(self.conn, text)
+
+    def messages_count(self, chat_id: str) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0])
 
     def chat(self, chat_id: str) -> Chat | None:
         row = self.conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
@@ -585,6 +668,10 @@ class LocalStore:
         rows = self.conn.execute(
             "SELECT * FROM messages WHERE chat_id = ? ORDER BY created_at, id", (chat_id,)
         ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
+    def all_messages(self) -> list[Message]:
+        rows = self.conn.execute("SELECT * FROM messages ORDER BY created_at, id").fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 
     def links(self, chat_id: str) -> list[Link]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 from shared.models import Chat, Message
 from webapp import markdown
+from webapp.search import Hit
 from webapp.store import Delivery, Rejection, is_pending
 from webapp.sync import Status
 from shared.thread import Step
@@ -45,9 +46,18 @@ def auth_form(error: str | None = None) -> str:
 
 def layout(username: str, device_url: str = "", device_model: str = "") -> str:
     return f"""
-<aside class="sidebar">
+<aside class="sidebar" id="sidebar">
   <button type="button" class="new-chat" data-action="new-chat">New chat</button>
+  <input type="search" id="search" class="search" aria-label="Search" placeholder="Search (Ctrl+K)" autocomplete="off" data-search>
   <nav id="chat-list" aria-label="Chats"></nav>
+  <details class="settings">
+    <summary>Your data</summary>
+    <p>Everything is kept on this device. Export works offline; an import is sent to the server
+    like any change (importing a file twice changes nothing).</p>
+    <button type="button" data-action="export-all">Export everything (JSON)</button>
+    <label class="file">Import (JSON) <input type="file" accept="application/json,.json" data-import></label>
+    <p id="data-note" class="note" role="status"></p>
+  </details>
   <details class="settings">
     <summary>Model on this device</summary>
     <form data-action="device-model">
@@ -60,8 +70,9 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
   </details>
   <div class="who">{escape(username)} · <button type="button" class="link" data-action="signout">Sign out</button></div>
 </aside>
+<div class="backdrop" data-action="toggle-chats" aria-hidden="true"></div>
 <section class="chat" id="chat" aria-labelledby="chat-title">
-  <h2 class="chat-title" id="chat-title"></h2>
+  <header class="chat-head" id="chat-head"></header>
   <div class="scroller" id="scroller">
     <div class="thread">
       <button type="button" class="earlier" id="earlier" data-action="show-earlier" hidden>Show earlier messages</button>
@@ -73,7 +84,7 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
     <p class="editing" id="composer-note" hidden></p>
     <form class="composer" data-action="send" data-reset>
       <textarea name="text" id="composer-text" rows="1" placeholder="Write a message" aria-label="Message"
-        required data-draft data-chat="" enterkeyhint="send"></textarea>
+        required data-draft data-chat=""></textarea>
       <select name="assistant" id="assistant-choice" aria-label="Answered by"></select>
       <button type="submit" class="send">Send</button>
     </form>
@@ -81,7 +92,16 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
 </section>"""
 
 
-def chat_list(chats: list[Chat], selected: str | None, drafted: Collection[str] = ()) -> str:
+@dataclass(frozen=True)
+class Marks:
+    """What the chat list says about chats besides their titles."""
+
+    drafted: Collection[str] = ()
+    running: Collection[str] = ()  # a reply is being written
+    unsent: dict[str, int] = field(default_factory=dict)  # changes waiting to be sent, by chat
+
+
+def chat_list(chats: list[Chat], selected: str | None, marks: Marks = Marks()) -> str:
     if not chats:
         return '<p class="empty">No chats yet.</p>'
     items = []
@@ -92,12 +112,70 @@ def chat_list(chats: list[Chat], selected: str | None, drafted: Collection[str] 
         if is_pending(chat):
             classes.append("pending")
         current = ' aria-current="true"' if chat.id == selected else ""
-        marker = '<span class="marker">Draft</span>' if chat.id in drafted else ""
         items.append(
             f'<button type="button" class="{" ".join(classes)}" id="c-{chat.id}" data-action="select-chat" '
-            f'data-id="{chat.id}"{current}><span class="title">{escape(chat.title)}</span>{marker}</button>'
+            f'data-id="{chat.id}"{current}><span class="title">{escape(chat.title)}</span>{_marks(chat.id, marks)}</button>'
         )
     return "\n".join(items)
+
+
+def _marks(chat_id: str, marks: Marks) -> str:
+    found = []
+    if chat_id in marks.running:
+        found.append('<span class="marker running" title="Answering…"><span class="sr-only">Answering…</span></span>')
+    if marks.unsent.get(chat_id):
+        found.append(f'<span class="marker unsent">{marks.unsent[chat_id]} unsent</span>')
+    if chat_id in marks.drafted:
+        found.append('<span class="marker">Draft</span>')
+    return f'<span class="markers">{"".join(found)}</span>' if found else ""
+
+
+def search_results(query: str, hits: list[Hit]) -> str:
+    if not hits:
+        return f'<p class="empty" role="status">Nothing found for “{escape(query)}”.</p>'
+    items = []
+    for hit in hits:
+        target = f' data-message="{hit.message_id}"' if hit.message_id else ""
+        what = "Title" if hit.message_id is None else escape(hit.chat_title)
+        items.append(
+            f'<li><button type="button" class="hit" data-action="open-hit" data-chat="{hit.chat_id}"{target}>'
+            f'<span class="hit-chat"><span class="hit-title">{what}</span><time datetime="{hit.at}">{escape(hit.at[:10])}</time></span>'
+            f'<span class="snippet">{hit.snippet_html}</span></button></li>'
+        )
+    count = f"{len(hits)} result{'s' if len(hits) != 1 else ''}"
+    return f'<p class="found" role="status">{count}</p><ol class="hits" aria-label="Search results">{"".join(items)}</ol>'
+
+
+def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = None) -> str:
+    """The open chat's title and what can be done with the chat: rename it (inline), export it,
+    delete it (``deleting``: its message count while the user is asked to confirm)."""
+    bar = '<button type="button" class="tool chats-toggle" data-action="toggle-chats" aria-label="Chats" aria-controls="sidebar"><svg aria-hidden="true"><use href="#i-menu"></use></svg></button>'
+    if chat is None:
+        return f'{bar}<h2 class="chat-title" id="chat-title">New chat</h2>'
+    if renaming:
+        return (
+            f'{bar}<form class="rename" data-action="save-title" data-id="{chat.id}">'
+            f'<input name="title" id="rename-title" aria-label="Chat title" value="{escape(chat.title)}" maxlength="200" required>'
+            '<button type="submit">Save</button>'
+            '<button type="button" class="secondary" data-action="cancel-rename">Cancel</button></form>'
+        )
+    if deleting is not None:
+        what = f"{deleting} message{'s' if deleting != 1 else ''}"
+        return (
+            f'{bar}<div class="confirm" role="alertdialog" aria-labelledby="confirm-text">'
+            f'<p id="confirm-text">Delete “{escape(chat.title)}” and its {what} on every device?</p>'
+            f'<button type="button" class="danger" data-action="confirm-delete-chat" data-id="{chat.id}">Delete chat</button>'
+            '<button type="button" class="secondary" data-action="cancel-delete-chat">Cancel</button></div>'
+        )
+    tools = "".join(
+        f'<button type="button" class="tool" data-action="{action}" data-id="{chat.id}" aria-label="{label}" '
+        f'title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
+        for action, label, icon in (
+            ("rename-chat", "Rename", "edit"), ("export-chat", "Export as Markdown", "download"),
+            ("delete-chat", "Delete chat", "delete"),
+        )
+    )  # fmt: skip
+    return f'{bar}<h2 class="chat-title" id="chat-title">{escape(chat.title)}</h2><span class="chat-tools">{tools}</span>'
 
 
 def assistant_options(assistants: list[tuple[str, str]], chosen: str) -> str:

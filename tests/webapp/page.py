@@ -69,6 +69,9 @@ class FakePage:
     status: str = ""
     focused: str = ""
     frames: list[Callable[[], None]] = field(default_factory=list)
+    revealed: str = ""  # the item a search result went to
+    drawer: bool = False  # the chat list's drawer (narrow screens) is open
+    downloads: list[tuple[str, str, str]] = field(default_factory=list)  # (filename, type, text)
 
     # --- the View protocol -----------------------------------------------------------------------
 
@@ -127,6 +130,16 @@ class FakePage:
     def restore_text(self, selector: str, text: str) -> None:
         if not self.composer.text:
             self.composer.text = text
+
+    def reveal(self, key: str) -> None:
+        assert key in self.nodes, "a message is revealed once it is drawn"
+        self.revealed = key
+
+    def toggle_chats(self, open: bool | None = None) -> None:
+        self.drawer = not self.drawer if open is None else open
+
+    def download(self, filename: str, mime: str, text: str) -> None:
+        self.downloads.append((filename, mime, text))
 
     # --- for the tests ---------------------------------------------------------------------------
 

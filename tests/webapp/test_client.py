@@ -90,7 +90,7 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
     assert "ann" in page.regions["root"] and "New chat" in page.regions["root"]
 
     await client.dispatch("new-chat", {})
-    assert "Chat 1" in page.regions["chat-list"] and 'class="chat-item selected pending"' in page.regions["chat-list"]
+    assert "New chat" in page.regions["chat-list"] and 'class="chat-item selected pending"' in page.regions["chat-list"]
     assert '<option value="demo" selected>' in page.regions["assistant-choice"]  # the assistant every server has
     await client.dispatch("send", {"text": "  hello <b>world</b>  ", "assistant": "demo"})
     assert "<p>hello &lt;b&gt;world&lt;/b&gt;</p>" in page.messages  # Markdown, its HTML escaped
