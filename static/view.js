@@ -175,7 +175,7 @@ export function toggleChats(open) {
   const shown = open ?? root.dataset.drawer !== "open";
   if (shown) root.dataset.drawer = "open";
   else delete root.dataset.drawer;
-  document.querySelectorAll("[data-action=toggle-chats]").forEach((b) => b.setAttribute("aria-expanded", String(shown)));
+  document.querySelectorAll("button[data-action=toggle-chats]").forEach((b) => b.setAttribute("aria-expanded", String(shown)));
 }
 
 // A file to save (an export), made here: nothing goes over the network.

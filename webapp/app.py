@@ -337,6 +337,7 @@ class Client:
 
     async def _on_new_chat(self, data: dict[str, Any]) -> None:
         await self._new_chat()
+        self.view.toggle_chats(False)
         self.view.focus("#composer-text")
 
     async def _new_chat(self) -> str:

@@ -82,7 +82,7 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
         (query, limit),
     ).fetchall()
     rowids = [r[0] for r in newest]
-    found: list[Hit] = [Hit(r[0], _plain(r[1]), None, _marked(r[1]), r[2]) for r in titles]
+    found: list[Hit] = []
     if rowids:
         marks = ", ".join("?" for _ in rowids)
         rows = conn.execute(
@@ -93,6 +93,8 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
             (query, *rowids),
         ).fetchall()
         found += [Hit(r[1], r[2], r[0], _marked(r[4]), r[3]) for r in rows]
+    with_messages = {hit.chat_id for hit in found}  # (a title made from a message found says the same)
+    found += [Hit(r[0], _plain(r[1]), None, _marked(r[1]), r[2]) for r in titles if r[0] not in with_messages]
     found.sort(key=lambda hit: hit.at, reverse=True)
     return found[:limit]
 

@@ -154,7 +154,7 @@ def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = 
         return f'{bar}<h2 class="chat-title" id="chat-title">New chat</h2>'
     if renaming:
         return (
-            f'{bar}<form class="rename" data-action="save-title" data-id="{chat.id}">'
+            f'{bar}<form class="rename" data-action="save-title"><input type="hidden" name="id" value="{chat.id}">'
             f'<input name="title" id="rename-title" aria-label="Chat title" value="{escape(chat.title)}" maxlength="200" required>'
             '<button type="submit">Save</button>'
             '<button type="button" class="secondary" data-action="cancel-rename">Cancel</button></form>'

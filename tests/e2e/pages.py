@@ -23,7 +23,7 @@ def sign(page: Page, username: str, password: str, signup: bool) -> None:
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click(f"button[value={'signup' if signup else 'signin'}]")
-    expect(page.locator(".sidebar")).to_be_visible()
+    expect(page.get_by_role("textbox", name="Message")).to_be_visible()
 
 
 def wait_for_service_worker(page: Page) -> None:
@@ -34,6 +34,9 @@ def wait_for_service_worker(page: Page) -> None:
 def new_chat(page: Page) -> None:
     """Make a chat, and wait until the composer writes in it."""
     before = page.locator(".chat-item").count()
+    drawer = page.get_by_role("button", name="Chats")
+    if drawer.is_visible():  # a narrow screen: the chat list is a drawer
+        drawer.click()
     page.get_by_role("button", name="New chat").click()
     expect(page.locator(".chat-item")).to_have_count(before + 1)
     page.wait_for_function(
