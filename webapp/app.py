@@ -79,6 +79,10 @@ class AuthApi(Protocol):
     async def signin(self, username: str, password: str, signup: bool) -> Session:
         """Raises AuthFailed with a sentence for the user."""
 
+    async def signout(self) -> None:
+        """End the session on the server (POST /auth/logout). Raises NetworkError when it cannot
+        be reached."""
+
 
 class AuthFailed(Exception):
     pass
@@ -99,6 +103,13 @@ class Services:
     python_tool: Callable[[str], Awaitable[str]] | None = None
     # Runs a callback before the next paint (in the browser: requestAnimationFrame).
     schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
+
+
+@dataclass(frozen=True)
+class SignIn:
+    username: str
+    password: str
+    signup: bool
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,8 @@ class Client:
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
         self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
+        self._signin: SignIn | None = None  # a sign-in waiting for the user to give up unsent changes
+        self._layout = False  # the chats are on screen (else the page is a sign-in form)
 
     # --- assistants ----------------------------------------------------------------------------
 
@@ -194,12 +207,15 @@ class Client:
 
     def start(self) -> None:
         account = self.store.account()
-        if account is None:
-            self.view.set_html("root", ui.auth_form())
+        if account is None or self.store.signed_out():
+            kept = f"Signed out. The chats of {account.username} are still on this device: sign in to get back to them." if account else None
+            self.view.set_html("root", ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
+            self._layout = False
             return
         device = self.device_model() or {}
         self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
+        self._layout = True
         self.chats.reset()
         chats = self.store.chats()
         self.selected = chats[0].id if chats else None
@@ -207,24 +223,26 @@ class Client:
         self._draw_assistants()
         self.redraw(chat_changed=True)
         self._status(self.engine.status)
-        self._sync_task = asyncio.ensure_future(self.engine.run())
-        self._sync_task.add_done_callback(_log_failure)
+        self._start_sync()
         asyncio.ensure_future(self._end_orphaned_local_replies()).add_done_callback(_log_failure)
         asyncio.get_running_loop().call_later(WARM_AFTER_SECONDS, markdown.warm)
 
+    def _start_sync(self) -> None:
+        self._sync_task = asyncio.ensure_future(self.engine.run())
+        self._sync_task.add_done_callback(_log_failure)
+
     def stop(self) -> None:
-        """Stop syncing (this tab no longer owns the database)."""
+        """Stop syncing (this tab no longer owns the database, or the session changes)."""
         if self._sync_task is not None:
             self._sync_task.cancel()
             self._sync_task = None
 
     def _status(self, status: Status) -> None:
         self.view.set_status(str(status), ui.STATUS_TEXT[status])
-        if status is Status.SIGNED_OUT:
-            account = self.store.account()
-            self.view.set_html("root", ui.auth_form("Your session has ended: sign in again."))
-            if account is not None:
-                self.view.focus("input[name=password]")
+        account = self.store.account()
+        if status is Status.SIGNED_OUT and account is not None and self._signin is None:
+            # The chats stay on screen and writable (changes wait in the outbox), beside a sign-in.
+            self.view.set_html("session", ui.session_ended(account.username))
 
     def redraw(self, chat_changed: bool = False) -> None:
         """Draw what the database holds now: the chat list, and the open chat (opened anew when it
@@ -296,22 +314,79 @@ class Client:
             raise ValueError(f"unknown action {action!r}")
         await handler(data)
 
+    # --- sessions --------------------------------------------------------------------------------
+
     async def _on_signin(self, data: dict[str, Any]) -> None:
-        username = str(data.get("username", "")).strip()
-        try:
-            session = await self.s.auth.signin(
-                username, str(data.get("password", "")), signup=data.get("mode") == "signup"
-            )
-        except AuthFailed as e:
-            self.view.set_html("root", ui.auth_form(str(e)))
+        """Sign in from the form (nobody signed in here yet, or signed out) or from the banner of
+        an ended session. Before anyone else signs in here, the unsent changes of the one who was
+        are shown and must be given up: they would never reach their account."""
+        attempt = SignIn(str(data.get("username", "")).strip(), str(data.get("password", "")), data.get("mode") == "signup")
+        previous = self.store.account()
+        unsent = self.store.pending_count() if previous is not None and previous.username != attempt.username else 0
+        if unsent:
+            self._signin = attempt
+            self._show_auth(ui.replace_account(previous.username, attempt.username, unsent))  # type: ignore[union-attr]
             return
-        await self.store.set_account(Account(session.user_id, session.device_id, username))
-        self.stop()
-        self.start()
+        await self._sign_in(attempt)
+
+    async def _on_confirm_replace_account(self, data: dict[str, Any]) -> None:
+        attempt, self._signin = self._signin, None
+        if attempt is not None:
+            await self._sign_in(attempt)
+
+    async def _on_cancel_replace_account(self, data: dict[str, Any]) -> None:
+        self._signin = None
+        account = self.store.account()
+        self._show_auth(ui.session_ended(account.username) if account and not self.store.signed_out() else ui.auth_form())
+
+    def _show_auth(self, html: str) -> None:
+        """A sign-in or its question: beside the chats when they are on screen, else the page."""
+        self.view.set_html("session" if self._layout else "root", html)
+
+    async def _sign_in(self, attempt: SignIn) -> None:
+        previous = self.store.account()
+        resuming = self._layout
+        self.stop()  # nothing of the old session goes out under the new one
+        try:
+            session = await self.s.auth.signin(attempt.username, attempt.password, signup=attempt.signup)
+        except AuthFailed as e:
+            self._show_auth(ui.session_ended(attempt.username, str(e)) if resuming else ui.auth_form(str(e)))
+            return
+        same = previous is not None and previous.user_id == session.user_id
+        await self.store.set_account(Account(session.user_id, session.device_id, attempt.username))
+        if same and resuming:  # the same chat, as it was: only the sync starts again
+            self.view.set_html("session", "")
+            self._start_sync()
+            self.engine.kick()
+        else:
+            self.start()
 
     async def _on_signout(self, data: dict[str, Any]) -> None:
+        account = self.store.account()
+        if account is not None:
+            self.view.set_html("session", ui.sign_out(account.username, self.store.pending_count()))
+
+    async def _on_cancel_signout(self, data: dict[str, Any]) -> None:
+        self.view.set_html("session", "")
+        self._status(self.engine.status)
+
+    async def _on_confirm_signout(self, data: dict[str, Any]) -> None:
+        """The session ends on the server (its token and cookie stop working); this device's copy
+        is removed if asked, else kept for the next sign-in of the same user."""
         self.stop()
-        self.view.set_html("root", ui.auth_form())
+        note = None
+        try:
+            await self.s.auth.signout()
+        except NetworkError:
+            note = "The server could not be reached: this device is signed out, but the session ends on the server only when it expires."
+        if data.get("remove"):
+            await self.store.forget_account()
+        else:
+            await self.store.mark_signed_out()
+        self.selected, self.editing, self._layout = None, None, False
+        account = self.store.account()
+        kept = f"The chats of {account.username} are still on this device." if account else "The copy on this device was removed."
+        self.view.set_html("root", ui.auth_form(note=f"Signed out. {kept}" + (f" {note}" if note else "")))
 
     async def _on_select_chat(self, data: dict[str, Any]) -> None:
         self.selected, self.editing = str(data["id"]), None

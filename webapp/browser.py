@@ -191,6 +191,12 @@ class BrowserAuth:
             raise AuthFailed(str(e)) from None
         return Session.model_validate(data)
 
+    async def signout(self) -> None:
+        try:
+            await _request("POST", "/auth/logout")
+        except (Unauthorized, ServerError):
+            pass  # (the session had ended already)
+
 
 def _device_name() -> str:
     agent = str(js.navigator.userAgent)

@@ -303,10 +303,30 @@ class LocalStore:
         previous = self.account()
         with self._transaction() as conn:
             if previous is not None and previous.user_id != account.user_id:
-                for table in ACCOUNT_TABLES:
-                    conn.execute(f"DELETE FROM {table}")
+                self._forget(conn)
             self._set_meta(conn, "account", json.dumps(account.__dict__))
+            conn.execute("DELETE FROM meta WHERE key = 'signed_out'")
         await self._durable()
+
+    def signed_out(self) -> bool:
+        """The user signed out here and kept this device's copy (for their next sign-in)."""
+        return self._meta("signed_out") is not None
+
+    async def mark_signed_out(self) -> None:
+        with self._transaction() as conn:
+            self._set_meta(conn, "signed_out", "1")
+        await self._durable()
+
+    async def forget_account(self) -> None:
+        """Remove everything of the account from this device (its unsent changes too)."""
+        with self._transaction() as conn:
+            self._forget(conn)
+        await self._durable()
+
+    @staticmethod
+    def _forget(conn: sqlite3.Connection) -> None:
+        for table in ACCOUNT_TABLES:
+            conn.execute(f"DELETE FROM {table}")
 
     def last_seq(self) -> int:
         return int(self._meta("last_seq") or 0)

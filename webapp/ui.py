@@ -29,8 +29,10 @@ STATUS_TEXT = {
 }
 
 
-def auth_form(error: str | None = None) -> str:
+def auth_form(error: str | None = None, note: str | None = None) -> str:
     message = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
+    if note:
+        message += f'<p class="note" role="status">{escape(note)}</p>'
     return f"""
 <form class="auth" data-action="signin">
   <h1>Sign in</h1>
@@ -40,6 +42,50 @@ def auth_form(error: str | None = None) -> str:
   <div class="row">
     <button type="submit" name="mode" value="signin">Sign in</button>
     <button type="submit" name="mode" value="signup" class="secondary">Create account</button>
+  </div>
+</form>"""
+
+
+def session_ended(username: str, error: str | None = None) -> str:
+    """Beside the chats, which stay on screen and writable, when the server ended the session."""
+    problem = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
+    return f"""
+<form class="session-form" data-action="signin" aria-labelledby="session-text">
+  <p id="session-text" role="status">Your session has ended. Your chats stay here, and what you write is
+  sent once you sign in again.</p>{problem}
+  <input name="username" aria-label="Username" autocomplete="username" value="{escape(username)}" required>
+  <input name="password" type="password" aria-label="Password" autocomplete="current-password" required minlength="8">
+  <button type="submit" name="mode" value="signin">Sign in</button>
+</form>"""
+
+
+def replace_account(previous: str, username: str, unsent: int) -> str:
+    changes = f"{unsent} change{'s' if unsent != 1 else ''}"
+    return f"""
+<div class="confirm-box" role="alertdialog" aria-labelledby="replace-text">
+  <p id="replace-text">{escape(previous)} has {changes} on this device that did not reach the server yet.
+  Signing in as {escape(username)} removes them and {escape(previous)}'s chats from this device.</p>
+  <div class="row">
+    <button type="button" class="danger" data-action="confirm-replace-account">Remove them and sign in as {escape(username)}</button>
+    <button type="button" class="secondary" data-action="cancel-replace-account">Cancel</button>
+  </div>
+</div>"""
+
+
+def sign_out(username: str, unsent: int) -> str:
+    warning = (
+        f'<p class="error">{unsent} change{"s" if unsent != 1 else ""} did not reach the server yet: kept on this '
+        "device they are sent when you sign in again; removed, they are lost.</p>"
+        if unsent
+        else ""
+    )
+    return f"""
+<form class="confirm-box" role="dialog" aria-labelledby="signout-text" data-action="confirm-signout">
+  <p id="signout-text">Sign out {escape(username)}? The session ends on the server.</p>{warning}
+  <label class="check"><input type="checkbox" name="remove"> Also remove this device's copy of the chats</label>
+  <div class="row">
+    <button type="submit">Sign out</button>
+    <button type="button" class="secondary" data-action="cancel-signout">Cancel</button>
   </div>
 </form>"""
 
@@ -72,6 +118,7 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
 </aside>
 <div class="backdrop" data-action="toggle-chats" aria-hidden="true"></div>
 <section class="chat" id="chat" aria-labelledby="chat-title">
+  <div class="session" id="session"></div>
   <header class="chat-head" id="chat-head"></header>
   <div class="scroller" id="scroller">
     <div class="thread">

@@ -36,11 +36,17 @@ class OfflineTransport:
 class FakeAuth:
     def __init__(self) -> None:
         self.accept = True
+        self.signins: list[str] = []
+        self.signouts = 0
 
     async def signin(self, username: str, password: str, signup: bool) -> Session:
         if not self.accept:
             raise AuthFailed("Wrong username or password.")
-        return Session(user_id="u1", device_id="d1", token="t")
+        self.signins.append(username)
+        return Session(user_id="u1" if username == "ann" else f"u-{username}", device_id="d1", token="t")
+
+    async def signout(self) -> None:
+        self.signouts += 1
 
 
 class EchoModel:

@@ -1,0 +1,78 @@
+"""Sessions (webapp/app.py): an ended session keeps the chats on screen and writable; the same
+user signs in again without losing anything; another user never sees (or sends) the first
+one's data without being asked; Sign out ends the session and keeps or removes this device's copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.webapp.test_client import make_client
+from webapp.sync import Status
+
+
+async def signed_in_with_a_chat(tmp_path: Path):  # type: ignore[no-untyped-def]
+    client, page, auth = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "first words", "assistant": ""})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "the open chat", "assistant": ""})
+    return client, page, auth
+
+
+async def test_an_ended_session_keeps_the_chats_writable_and_the_same_user_resumes_where_they_were(tmp_path: Path) -> None:
+    client, page, auth = await signed_in_with_a_chat(tmp_path)
+    layout, chat = page.regions["root"], client.selected
+    client._status(Status.SIGNED_OUT)  # the server said 401
+    assert "Your session has ended" in page.regions["session"] and 'value="ann"' in page.regions["session"]
+    assert page.regions["root"] is layout  # the chats stay on screen
+    await client.dispatch("send", {"text": "written while signed out", "assistant": ""})
+    assert "written while signed out" in page.messages
+
+    auth.accept = False
+    await client.dispatch("signin", {"username": "ann", "password": "wrong"})
+    assert "Wrong username or password." in page.regions["session"] and page.regions["root"] is layout
+    auth.accept = True
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert page.regions["session"] == "" and page.regions["root"] is layout  # no new page: the same one
+    assert client.selected == chat and "written while signed out" in page.messages
+    assert client.store.pending_count() == 5  # nothing lost: it all waits to be sent
+
+
+async def test_another_user_is_asked_before_the_unsent_changes_go_and_never_sees_them(tmp_path: Path) -> None:
+    client, page, auth = await signed_in_with_a_chat(tmp_path)
+    client._status(Status.SIGNED_OUT)
+    await client.dispatch("signin", {"username": "bo", "password": "right one"})
+    assert auth.signins == ["ann"]  # not signed in yet: asked first
+    question = page.regions["session"]
+    assert "ann has 4 changes on this device that did not reach the server yet" in question
+    await client.dispatch("cancel-replace-account", {})
+    assert client.store.account().username == "ann" and client.store.pending_count() == 4  # type: ignore[union-attr]
+    assert "Your session has ended" in page.regions["session"]
+
+    await client.dispatch("signin", {"username": "bo", "password": "right one"})
+    await client.dispatch("confirm-replace-account", {})
+    assert auth.signins == ["ann", "bo"]
+    assert client.store.account().username == "bo" and client.store.pending_count() == 0  # type: ignore[union-attr]
+    assert client.store.chats() == [] and "first words" not in page.regions["root"] + page.messages
+
+
+async def test_sign_out_ends_the_session_and_keeps_or_removes_this_devices_copy(tmp_path: Path) -> None:
+    client, page, auth = await signed_in_with_a_chat(tmp_path)
+    await client.dispatch("signout", {})
+    assert "Sign out ann?" in page.regions["session"] and "4 changes did not reach the server yet" in page.regions["session"]
+    await client.dispatch("cancel-signout", {})
+    assert page.regions["session"] == "" and auth.signouts == 0
+
+    await client.dispatch("signout", {})
+    await client.dispatch("confirm-signout", {})  # kept
+    assert auth.signouts == 1 and "The chats of ann are still on this device." in page.regions["root"]
+    client.start()  # (a reload): the sign-in form, not the chats
+    assert 'data-action="signin"' in page.regions["root"] and "first words" not in page.messages
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert len(client.store.chats()) == 2 and client.store.pending_count() == 4
+
+    await client.dispatch("signout", {})
+    await client.dispatch("confirm-signout", {"remove": "on"})
+    assert auth.signouts == 2 and client.store.account() is None and client.store.chats() == []
+    assert "The copy on this device was removed." in page.regions["root"]
