@@ -6,8 +6,12 @@ the change (a local edit, a remote event, a full resync replacing the tables). T
 unicode61 without diacritics (so "cafe" finds "café" and Cyrillic works), with prefix indexes so
 that a word being typed matches as a prefix.
 
-Results are newest first: the matches are ranked by time in SQL and only the few shown get a
-snippet (FTS5's ``snippet`` is the costly part), with the matched words marked.
+Results are newest first. FTS5 walks its matches in rowid order at no cost, and a row's rowid
+follows the order rows arrived in (the log's order, a snapshot's, an import's), which is close
+to the order they were written in; so the newest ``CANDIDATES`` matches by rowid are taken and
+sorted by their time. Exact unless a word matches more than that many messages (then the newest
+of the most recently arrived are shown: a word that common needs another one beside it). Only
+the rows shown get a snippet (FTS5's ``snippet`` is the costly part), with the matched words marked.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from dataclasses import dataclass
 from html import escape
 
 LIMIT = 30  # results shown
+CANDIDATES = 1000  # matches sorted by time (see above)
+PREFIX_FROM = 2  # the last word typed matches as a prefix once it has this many letters
 _OPEN, _CLOSE = "\x01", "\x02"  # where a match starts and ends in a snippet (no message holds them)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -48,12 +54,13 @@ def create_index(conn: sqlite3.Connection) -> None:
 
 def fts_query(text: str) -> str | None:
     """The FTS5 query for what the user typed: every word must match, the last one as a prefix
-    (it may still be being typed). None when there is no word to look for."""
+    (it may still be being typed) unless it is a single letter (that prefix would match nearly
+    every message). None when there is no word to look for."""
     words = _WORD.findall(text)
     if not words:
         return None
-    quoted = [f'"{w}"' for w in words]  # a word has no quote in it: \\w only
-    return " ".join(quoted) + "*"
+    quoted = " ".join(f'"{w}"' for w in words)  # a word has no quote in it: \\w only
+    return quoted + "*" if len(words[-1]) >= PREFIX_FROM else quoted
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,9 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
         (query, limit),
     ).fetchall()
     newest = conn.execute(
-        """SELECT m.rowid FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid
-           WHERE messages_fts MATCH ? ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
-        (query, limit),
+        """SELECT m.rowid FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f
+           JOIN messages m ON m.rowid = f.rowid ORDER BY m.created_at DESC, m.id DESC LIMIT ?""",
+        (query, CANDIDATES, limit),
     ).fetchall()
     rowids = [r[0] for r in newest]
     found: list[Hit] = []

@@ -113,7 +113,8 @@ async def test_deleting_a_chat_asks_first_and_takes_what_the_device_kept_of_it(t
 
 
 def test_what_is_typed_becomes_a_query_of_words_the_last_one_a_prefix() -> None:
-    assert fts_query('say "hi" OR NOT x*') == '"say" "hi" "OR" "NOT" "x"*'
+    assert fts_query('say "hi" OR NOT x*') == '"say" "hi" "OR" "NOT" "x"'  # (one letter: not a prefix)
+    assert fts_query("NEAR(a b) hel") == '"NEAR" "a" "b" "hel"*'
     assert fts_query("  ---  ") is None
     assert fts_query("привет мир") == '"привет" "мир"*'
 
