@@ -224,6 +224,7 @@ class LocalStore:
         conn.execute("PRAGMA wal_autocheckpoint=0")  # we checkpoint ourselves: see _durable
         conn.execute("PRAGMA synchronous=NORMAL")
         self._conn: sqlite3.Connection | None = conn
+        self._searchable = False  # (until the migration that makes the index has run)
         self._migrate()
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -245,6 +246,8 @@ class LocalStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            if self._searchable:
+                fulltext.flush(conn)  # the search index, in the same transaction
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -259,6 +262,7 @@ class LocalStore:
                 with self._transaction():
                     migrate(conn)
                     conn.execute("INSERT INTO schema_migrations VALUES (?)", (name,))
+        self._searchable = True
 
     @staticmethod
     def _run(conn: sqlite3.Connection, sql: Sql, event: DomainEvent) -> None:
