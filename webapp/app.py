@@ -364,6 +364,7 @@ class Client:
     async def _on_signout(self, data: dict[str, Any]) -> None:
         account = self.store.account()
         if account is not None:
+            self.view.toggle_chats(False)  # (on a narrow screen the question is under the drawer)
             self.view.set_html("session", ui.sign_out(account.username, self.store.pending_count()))
 
     async def _on_cancel_signout(self, data: dict[str, Any]) -> None:

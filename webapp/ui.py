@@ -53,8 +53,8 @@ def session_ended(username: str, error: str | None = None) -> str:
 <form class="session-form" data-action="signin" aria-labelledby="session-text">
   <p id="session-text" role="status">Your session has ended. Your chats stay here, and what you write is
   sent once you sign in again.</p>{problem}
-  <input name="username" aria-label="Username" autocomplete="username" value="{escape(username)}" required>
-  <input name="password" type="password" aria-label="Password" autocomplete="current-password" required minlength="8">
+  <input name="username" aria-label="Username" placeholder="Username" autocomplete="username" value="{escape(username)}" required>
+  <input name="password" type="password" aria-label="Password" placeholder="Password" autocomplete="current-password" required minlength="8">
   <button type="submit" name="mode" value="signin">Sign in</button>
 </form>"""
 
