@@ -154,10 +154,10 @@ def test_a_model_on_this_device_streams_into_the_chat(browser: Browser, server: 
     open_app(page)
     sign(page, f"device{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
     page.click("[data-action=new-chat]")
-    page.click(".settings summary")
-    page.fill(".settings input[name=url]", upstream.base_url)
-    page.fill(".settings input[name=model]", "fake-1")
-    page.click(".settings button[type=submit]")
+    page.get_by_text("Model on this device").click()
+    page.get_by_role("textbox", name="Base URL").fill(upstream.base_url)
+    page.get_by_role("textbox", name="Model", exact=True).fill("fake-1")
+    page.get_by_role("button", name="Save").click()
     expect(page.locator("select[name=assistant] option[value=on-device]")).to_have_text("On this device: fake-1")
 
     send(page, "Hello, model", assistant="on-device")  # fetched from the page, streamed
