@@ -36,24 +36,41 @@ async function registerServiceWorker() {
   document.getElementById("update-now").addEventListener("click", () => { window.chatUpdating = true; });
 }
 
+// Not a secure context (plain http:// from another device): no service worker, so no opening
+// offline nor installing. Said once per tab, with where to read how to serve it over HTTPS.
+function showInsecureNotice() {
+  const notice = document.getElementById("insecure");
+  if (sessionStorage.getItem("chat-insecure-dismissed")) return;
+  notice.hidden = false;
+  document.getElementById("insecure-dismiss").addEventListener("click", () => {
+    notice.hidden = true;
+    sessionStorage.setItem("chat-insecure-dismissed", "1");
+  });
+}
+
 // One tab owns the database at a time (Web Locks): each tab has its own copy in memory, so two
 // writing tabs would overwrite each other's chunks. The owner holds OWNER_LOCK for its life;
 // every read or write of the stored files, in any tab, runs under IO_LOCK, so a tab taking over
 // reads the database only after the previous owner's last write has finished, and a tab that
-// lost ownership writes nothing more.
+// lost ownership writes nothing more. A page that is not a secure context (plain http:// from
+// another device) has no Web Locks: static/locks.js stands in for them, with the same guarantees.
 const OWNER_LOCK = "chat-db-owner";
 const IO_LOCK = "chat-db-io";
+const lockManager = navigator.locks ? Promise.resolve(navigator.locks) : import("/static/locks.js");
 let owner = false;
+
+class OwnedElsewhere extends Error {}
 
 function claimOwnership(steal) {
   return new Promise((resolve, reject) => {
-    navigator.locks.request(OWNER_LOCK, steal ? { steal: true } : { ifAvailable: true }, async (lock) => {
-      if (!lock) return reject(new Error("owned by another tab"));
+    lockManager.then((locks) => locks.request(OWNER_LOCK, steal ? { steal: true } : { ifAvailable: true }, async (lock) => {
+      if (!lock) return reject(new OwnedElsewhere("owned by another tab"));
       owner = true;
       resolve();
       await new Promise(() => {}); // held until the page goes, or another tab takes it
-    }).catch(() => {
+    })).catch((error) => {
       if (owner) lostOwnership();
+      else reject(error); // (no lock granted nor refused: the app cannot start)
     });
   });
 }
@@ -81,7 +98,8 @@ async function becomeOwner() {
   sessionStorage.removeItem("chat-take-over");
   try {
     await claimOwnership(takeOver);
-  } catch {
+  } catch (error) {
+    if (!(error instanceof OwnedElsewhere)) throw error;
     await new Promise((resolve) => showElsewhere(resolve));
     document.getElementById("root").innerHTML = '<p class="boot">Opening your chats…</p>';
     await claimOwnership(true);
@@ -89,10 +107,10 @@ async function becomeOwner() {
 }
 
 function underIoLock(work) {
-  return navigator.locks.request(IO_LOCK, () => {
+  return lockManager.then((locks) => locks.request(IO_LOCK, () => {
     if (!owner) throw new Error("this tab no longer owns the database");
     return work();
-  });
+  }));
 }
 
 // Writes run one at a time, in the order Python asked for them, each with the bytes as they were
@@ -262,6 +280,7 @@ function wireEvents() {
 }
 
 async function boot() {
+  if (globalThis.isSecureContext === false) showInsecureNotice();
   registerServiceWorker().catch((e) => console.warn("service worker", e));
   wireEvents();
   if (navigator.storage?.persist) navigator.storage.persist().catch(() => {});
