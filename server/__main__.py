@@ -99,6 +99,8 @@ async def _serve(settings: Settings) -> None:
     config = Config()
     config.bind = [f"{settings.host}:{settings.port}"]
     config.graceful_timeout = 10
+    if settings.certfile:  # HTTPS (and wss), by Hypercorn's own TLS
+        config.certfile, config.keyfile = settings.certfile, settings.keyfile
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -110,7 +112,8 @@ async def _serve(settings: Settings) -> None:
         app.extensions["hub"].go_away()  # live sockets close with 1001, clients reconnect elsewhere
 
     tune_garbage_collection()
-    print(f"serving on http://{settings.host}:{settings.port} ({settings.database_url})", file=sys.stderr)
+    scheme = "https" if settings.certfile else "http"
+    print(f"serving on {scheme}://{settings.host}:{settings.port} ({settings.database_url})", file=sys.stderr)
     await serve(app, config, shutdown_trigger=shutdown)
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+from hypercorn.middleware import ProxyFixMiddleware
 from pydantic import ValidationError
 from quart import Quart, Response, g, request, send_from_directory, websocket
 from werkzeug.exceptions import HTTPException
@@ -26,6 +27,8 @@ from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener, publish_delta
+from server.headers import SecurityHeaders, content_security_policy, security_headers
+from server.help import HOME_NETWORK, help_page
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
 from server.metrics import Metrics
@@ -103,7 +106,14 @@ def describe(error: ValidationError) -> str:
 
 def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Quart:
     app = Quart(__name__, static_folder=None)
-    app.asgi_app = KeepAsgiSend(app.asgi_app)  # type: ignore[method-assign]
+    headers = security_headers(content_security_policy(settings.device_model_origins))
+    app.asgi_app = KeepAsgiSend(SecurityHeaders(app.asgi_app, headers))  # type: ignore[method-assign]
+    if settings.trusted_proxies > 0:
+        # Opt-in: the scheme (so the Secure cookie), client address and host a proxy reports.
+        # Outermost, so that its copy of the scope is made before a socket's send is put in it.
+        app.asgi_app = ProxyFixMiddleware(  # type: ignore[method-assign]
+            app.asgi_app, mode="legacy", trusted_hops=settings.trusted_proxies
+        )
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
     hub = Hub(SharedReads(store))
@@ -247,8 +257,15 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     def session_response(session: Session, status: int) -> Response:
         response = Response(json.dumps(session.wire()), status=status, content_type="application/json")
+        # Secure when the request came over HTTPS (then the browser sends it back over HTTPS only);
+        # not over plain http, where browsers refuse a Secure cookie from any host but localhost.
         response.set_cookie(
-            SESSION_COOKIE, session.token, httponly=True, samesite="Strict", max_age=400 * 86400
+            SESSION_COOKIE,
+            session.token,
+            httponly=True,
+            samesite="Strict",
+            max_age=400 * 86400,
+            secure=request.scheme == "https",
         )
         return response
 
@@ -301,7 +318,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             sessions.evict(auth.token_hash(token))
             await store.delete_session(auth.token_hash(token))
         response = Response(status=204)
-        response.delete_cookie(SESSION_COOKIE)
+        response.delete_cookie(SESSION_COOKIE, secure=request.scheme == "https", httponly=True, samesite="Strict")
         return response
 
     # --- sync ----------------------------------------------------------------------------------
@@ -482,6 +499,13 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     async def docs() -> Response:
         return Response(DOCS_PAGE, content_type="text/html; charset=utf-8")
 
+    home_network = help_page(HOME_NETWORK)
+
+    @app.get("/help/home-network")
+    async def help_home_network() -> Response:
+        """How to serve the app to the other devices of a home network (README.md's section)."""
+        return Response(home_network, content_type="text/html; charset=utf-8")
+
     @app.get("/metrics")
     async def metrics_page() -> Response:
         return Response(metrics.render(), content_type="text/plain; version=0.0.4")
@@ -492,7 +516,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.get("/sw.js")
     async def service_worker() -> Response:
-        response = Response(assets.service_worker(), content_type="text/javascript")
+        response = Response(assets.service_worker(), content_type="text/javascript; charset=utf-8")
         response.headers["Cache-Control"] = "no-cache"
         return response
 

@@ -17,13 +17,14 @@ from server.config import ROOT
 
 PYTHON_PACKAGES = ("shared", "webapp")
 
+# Without a charset: the response adds "; charset=utf-8" to every text/* type itself.
 CONTENT_TYPES = {
     ".wasm": "application/wasm",
     ".mjs": "text/javascript",
     ".js": "text/javascript",
     ".json": "application/json",
     ".webmanifest": "application/manifest+json",
-    ".html": "text/html; charset=utf-8",
+    ".html": "text/html",
     ".css": "text/css",
     ".svg": "image/svg+xml",
     ".png": "image/png",

@@ -33,10 +33,18 @@ class Settings:
     run_lease_seconds: float = 30.0
     run_poll_seconds: float = 1.0
     demo_seconds_per_word: float = 0.05
+    certfile: str = ""  # with keyfile: serve HTTPS (PEM files); README "Serving on your home network"
+    keyfile: str = ""
+    trusted_proxies: int = 0  # reverse proxies in front whose X-Forwarded-* headers are believed
+    device_model_origins: str = ""  # more origins the page may call for "Model on this device"
 
     def __post_init__(self) -> None:
         if self.signup not in ("open", "closed"):
             raise SystemExit(f"signup must be open or closed, not {self.signup!r}")
+        if bool(self.certfile) != bool(self.keyfile):
+            raise SystemExit("certfile and keyfile go together: give both to serve HTTPS, or neither")
+        if self.trusted_proxies < 0:
+            raise SystemExit("trusted-proxies is a number of proxies: 0 or more")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:

@@ -200,38 +200,9 @@ def openapi() -> dict[str, Any]:
 DOCS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Chat API</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
-code{background:#f3f4f6;padding:.1rem .3rem;border-radius:.2rem}h2{margin-top:2rem}
-li{margin:.2rem 0}</style></head>
+<link rel="stylesheet" href="/static/page.css"></head>
 <body><h1>Chat sync API</h1>
 <p>The machine-readable description: <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1).</p>
 <div id="paths"></div>
-<script type="module">
-const spec = await (await fetch("/openapi.json")).json();
-const root = document.getElementById("paths");
-for (const [path, ops] of Object.entries(spec.paths)) {
-  for (const [method, op] of Object.entries(ops)) {
-    const section = document.createElement("section");
-    const title = document.createElement("h2");
-    title.innerHTML = `<code>${method.toUpperCase()} ${path}</code>`;
-    const summary = document.createElement("p");
-    summary.textContent = op.summary || "";
-    const list = document.createElement("ul");
-    for (const p of op.parameters || []) {
-      const item = document.createElement("li");
-      item.innerHTML = `<code>${p.name}</code> `;
-      item.append(p.description || "");
-      list.append(item);
-    }
-    for (const [code, r] of Object.entries(op.responses)) {
-      const item = document.createElement("li");
-      item.innerHTML = `<code>${code}</code> `;
-      item.append(r.description);
-      list.append(item);
-    }
-    section.append(title, summary, list);
-    root.append(section);
-  }
-}
-</script></body></html>
+<script type="module" src="/static/docs.js"></script></body></html>
 """

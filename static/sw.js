@@ -26,6 +26,8 @@ self.addEventListener("fetch", (event) => {
   if (event.request.method !== "GET" || url.origin !== location.origin) return;
   // The API and the live socket always go to the network.
   if (url.pathname.startsWith("/sync/") || url.pathname.startsWith("/auth/") || url.pathname === "/assistants") return;
+  // The app is the page at "/"; the other pages (the API docs, /help/...) come from the network.
+  if (event.request.mode === "navigate" && url.pathname !== "/") return;
   const key = event.request.mode === "navigate" ? "/" : event.request;
   event.respondWith(
     caches.open(CACHE).then((cache) => cache.match(key, { ignoreSearch: event.request.mode === "navigate" }))

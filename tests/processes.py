@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,11 +22,13 @@ def free_port() -> int:
 
 
 class Server:
-    """`python -m server serve` in a process of its own, on a free port."""
+    """`python -m server serve` in a process of its own, on a free port (HTTPS when the settings
+    name a certfile and keyfile)."""
 
     def __init__(self, database_url: str, log: Path, **settings: str) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.scheme = "https" if "certfile" in settings else "http"
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self.database_url = database_url
         self.log = log
         self.settings = {f"CHAT_{k.upper()}": v for k, v in settings.items()}
@@ -42,7 +45,8 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited: {self.log.read_text()[-2000:]}")
             try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1)
+                # (A test's certificate is its own: not checked here.)
+                urllib.request.urlopen(self.url + "/healthz", timeout=1, context=ssl._create_unverified_context())
                 return
             except OSError:
                 time.sleep(0.1)

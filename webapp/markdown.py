@@ -121,6 +121,17 @@ def _table_close(self: RendererHTML, tokens: Sequence[Token], idx: int, options:
     return self.renderToken(tokens, idx, options, env) + "</div>\n"
 
 
+def _cell_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
+    """A table cell's alignment as a class (``align-center``), not a style attribute: the page's
+    Content-Security-Policy refuses inline style."""
+    token = tokens[idx]
+    style = str(token.attrGet("style") or "")
+    if style.startswith("text-align:"):
+        token.attrs.pop("style")
+        token.attrSet("class", "align-" + style.removeprefix("text-align:"))
+    return self.renderToken(tokens, idx, options, env)
+
+
 def _parser() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": True, "breaks": True, "typographer": False})
     md.enable(["table", "strikethrough", "linkify"])
@@ -134,6 +145,8 @@ def _parser() -> MarkdownIt:
         ("image", _image),
         ("table_open", _table_open),
         ("table_close", _table_close),
+        ("th_open", _cell_open),
+        ("td_open", _cell_open),
     ):
         md.add_render_rule(name, rule)
     return md

@@ -214,13 +214,13 @@ def measure(page: Page, server: Server, upstream: FakeUpstream, messages: int) -
                                                           "createdAt": chat["createdAt"]}]}, token=token)  # fmt: skip
     last = fill(server, token, big, messages)
     print(f"filled a chat with {messages} messages; waiting for the page to sync them", flush=True)
-    page.wait_for_function(f"pyodide.runPython(\"len(chat_client.store.links('{big}'))\") === {messages}", timeout=120_000)
+    page.wait_for_function(f"() => pyodide.runPython(\"len(chat_client.store.links('{big}'))\") === {messages}", timeout=120_000)
 
     print("opening", flush=True)
     opens = []
     for _ in range(6):
         page.evaluate(f"document.getElementById('c-{small}').click()")
-        page.wait_for_function(f"document.getElementById('composer-text').dataset.chat === '{small}'")
+        page.wait_for_function(f"() => document.getElementById('composer-text').dataset.chat === '{small}'")
         page.wait_for_timeout(300)
         opens.append(page.evaluate(OPEN, [big, last]))
     page.wait_for_timeout(300)
@@ -239,10 +239,10 @@ def measure(page: Page, server: Server, upstream: FakeUpstream, messages: int) -
     print("streaming", flush=True)
     page.evaluate(SEND, "Now a long answer, please.")
     page.wait_for_function(  # the last message is the answer to it, and it is complete
-        "(last => last.matches('.assistant') && last.dataset.state === 'completed' && last.previousElementSibling"
+        "() => (last => last.matches('.assistant') && last.dataset.state === 'completed' && last.previousElementSibling"
         ".textContent.includes('Now a long answer'))(document.querySelector('#messages').lastElementChild)",
         timeout=600_000, polling=500)  # fmt: skip
-    page.wait_for_function("pyodide.runPython('len(bench[\"pending\"])') === 0")
+    page.wait_for_function("() => pyodide.runPython('len(bench[\"pending\"])') === 0")
     bench = json.loads(page.evaluate("pyodide.runPython('import json; json.dumps(bench)')"))
     reply = page.evaluate("[...document.querySelectorAll('.message.assistant')].at(-1).id.slice(2)")
     full = page.evaluate("code => pyodide.runPython(code)", FULL_RENDER.replace("REPLY", repr(reply)))

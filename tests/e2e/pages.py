@@ -12,6 +12,9 @@ from playwright.sync_api import Browser, Page, expect
 from tests.processes import Server
 
 BOOT_TIMEOUT = 60_000
+# page.wait_for_function is given a function ("() => ..."), never a bare expression: Playwright
+# evaluates an expression with eval on every poll after the first, which the app's
+# Content-Security-Policy refuses (a function is evaluated once, then called).
 
 
 def open_app(page: Page) -> None:
@@ -28,7 +31,7 @@ def sign(page: Page, username: str, password: str, signup: bool) -> None:
 
 def wait_for_service_worker(page: Page) -> None:
     """The service worker has precached everything and controls the page."""
-    page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=BOOT_TIMEOUT)
+    page.wait_for_function("() => navigator.serviceWorker.controller !== null", timeout=BOOT_TIMEOUT)
 
 
 def new_chat(page: Page) -> None:
@@ -40,7 +43,7 @@ def new_chat(page: Page) -> None:
     page.get_by_role("button", name="New chat").click()
     expect(page.locator(".chat-item")).to_have_count(before + 1)
     page.wait_for_function(
-        "document.getElementById('composer-text').dataset.chat === "
+        "() => document.getElementById('composer-text').dataset.chat === "
         "document.querySelector('.chat-item.selected')?.dataset.id"
     )
 

@@ -54,7 +54,7 @@ def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(browser: Browser, se
     page.evaluate("code => pyodide.runPython(code)", COUNT_SAVES)
     text = "typed fast, every key an input event of its own"
     page.get_by_role("textbox", name="Message").press_sequentially(text)
-    page.wait_for_function(f"pyodide.runPython('chat_client.store.draft(chat_client.selected)') === {text!r}")
+    page.wait_for_function(f"() => pyodide.runPython('chat_client.store.draft(chat_client.selected)') === {text!r}")
     saves = page.evaluate("pyodide.runPython('import json; json.dumps(saves)')")
     calls, most = (int(n) for n in re.findall(r'"(?:calls|most)": (\d+)', saves))
     assert most == 1 and 1 <= calls < len(text), saves  # one at a time, each carrying what came meanwhile

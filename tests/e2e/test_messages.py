@@ -300,7 +300,7 @@ def test_text_typed_while_the_assistants_arrive_stays_in_the_composer(browser: B
     listed = [{"id": "demo", "name": "Demo", "kind": "remote", "model": "demo"},
               {"id": "big", "name": "A big model", "kind": "remote", "model": "big"}]  # fmt: skip
     page.wait_for_function(  # what was typed is saved (the draft of no chat yet)
-        "pyodide.runPython(\"chat_client.store.draft('')\") === 'typed right after signing in'")
+        "() => pyodide.runPython(\"chat_client.store.draft('')\") === 'typed right after signing in'")
     # The last keys, their save still under way as the list arrives; "right" selected.
     box.evaluate("box => { box.value += ', and more'; box.setSelectionRange(6, 11); }")
     for route in held:

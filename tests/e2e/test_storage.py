@@ -49,7 +49,7 @@ def test_a_database_stored_whole_by_the_idbfs_version_is_carried_over(browser: B
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     expect(page.locator(".message:not(.pending)", has_text="sent before the upgrade")).to_be_visible()
     expect(page.locator(".message.pending", has_text="still in the outbox")).to_be_visible()
-    page.wait_for_function("indexedDB.databases().then((all) => all.every((d) => d.name !== '/data'))")
+    page.wait_for_function("() => indexedDB.databases().then((all) => all.every((d) => d.name !== '/data'))")
 
     page.reload()  # from the chunks now
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)

@@ -15,7 +15,8 @@ ALLOWED_TAGS = {
     "p", "br", "strong", "em", "s", "a", "code", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol",
     "li", "blockquote", "hr", "table", "thead", "tbody", "tr", "th", "td", "div", "span", "button", "input",
 }  # fmt: skip
-ALLOWED_ATTRIBUTES = {"href", "target", "rel", "class", "type", "disabled", "checked", "start", "style", "data-action"}
+# No style: the page's Content-Security-Policy refuses inline style (a table cell's alignment is a class).
+ALLOWED_ATTRIBUTES = {"href", "target", "rel", "class", "type", "disabled", "checked", "start", "data-action"}
 
 
 class Elements(HTMLParser):
@@ -47,8 +48,6 @@ def assert_safe(html: str) -> None:
             assert not name.startswith("on")
             if name == "href":
                 assert value.lower().startswith(("http:", "https:", "mailto:")), (value, html)
-            if name == "style":
-                assert value in ("text-align:left", "text-align:center", "text-align:right"), (value, html)
     lowered = html.lower()
     for needle in ("<script", "<iframe", "<img", "<svg", "<object", "<embed", "<style", "<form", "<!--"):
         assert needle not in lowered, (needle, html)
@@ -132,7 +131,7 @@ def test_markdown_renders_as_people_expect() -> None:
     tags = [tag for tag, _ in elements(html)]
     for tag in ("h1", "strong", "em", "s", "code", "table", "th", "td", "ul", "ol", "blockquote", "pre", "br"):
         assert tag in tags, tag
-    assert '<th style="text-align:left">a</th>' in html and '<td style="text-align:right">2</td>' in html
+    assert '<th class="align-left">a</th>' in html and '<td class="align-right">2</td>' in html
     assert html.count('type="checkbox"') == 2 and 'checked="checked"' in html
     links = [attrs for tag, attrs in elements(html) if tag == "a"]
     assert [a["href"] for a in links] == ["https://example.com/a?b=1", "http://www.example.org", "mailto:me@example.com"]
