@@ -36,7 +36,7 @@ async function registerServiceWorker() {
   document.getElementById("update-now").addEventListener("click", () => { window.chatUpdating = true; });
 }
 
-// Not a secure context (plain http:// from another device): no service worker, so no opening
+// Not a secure context (plain HTTP from another device): no service worker, so no opening
 // offline nor installing. Said once per tab, with where to read how to serve it over HTTPS.
 function showInsecureNotice() {
   const notice = document.getElementById("insecure");
@@ -52,7 +52,7 @@ function showInsecureNotice() {
 // writing tabs would overwrite each other's chunks. The owner holds OWNER_LOCK for its life;
 // every read or write of the stored files, in any tab, runs under IO_LOCK, so a tab taking over
 // reads the database only after the previous owner's last write has finished, and a tab that
-// lost ownership writes nothing more. A page that is not a secure context (plain http:// from
+// lost ownership writes nothing more. A page that is not a secure context (plain HTTP from
 // another device) has no Web Locks: static/locks.js stands in for them, with the same guarantees.
 const OWNER_LOCK = "chat-db-owner";
 const IO_LOCK = "chat-db-io";

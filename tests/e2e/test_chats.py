@@ -38,6 +38,7 @@ def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server
     assert chat_titles(page) == ["Second topic", "What is the tallest mountain on Earth, and how…"]
 
     chat_list(page).get_by_role("button", name=re.compile("tallest mountain")).click()
+    expect(page.get_by_role("heading", level=2)).to_have_text("What is the tallest mountain on Earth, and how…")
     send(page, "And the second tallest?")
     expect(messages(page)).to_have_count(2)
     expect(chat_list(page).locator("button .title").first).to_have_text("What is the tallest mountain on Earth, and how…")
@@ -56,6 +57,7 @@ def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server
     expect(chat_list(other).locator("button .title")).to_have_text(["Mountains", "Second topic"])
 
     chat_list(page).get_by_role("button", name=re.compile("Second topic")).click()
+    expect(page.get_by_role("heading", level=2)).to_have_text("Second topic")
     page.get_by_role("button", name="Delete chat").click()
     dialog = page.get_by_role("alertdialog")
     expect(dialog).to_contain_text("Delete “Second topic” and its 1 message on every device?")

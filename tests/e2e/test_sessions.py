@@ -60,13 +60,6 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browse
     send(first, "unsent words of the first user")
     expect(first.get_by_role("list", name="Messages")).to_contain_text("Saved on this device, not sent yet")
     context.clear_cookies()  # the session ends while offline
-    pushed: list[str] = []
-
-    def record(request: Request) -> None:
-        if request.method == "POST" and request.url.endswith("/sync/events"):
-            pushed.append(request.post_data or "")
-
-    first.on("request", record)
     context.set_offline(False)
     first.evaluate("window.dispatchEvent(new Event('online'))")
     banner = first.get_by_role("form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again.")
@@ -77,6 +70,13 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browse
     second.context.close()
     banner.get_by_role("textbox", name="Username").fill(second_name)
     banner.get_by_label("Password").fill(PASSWORD)
+    pushed: list[str] = []  # what the page pushes from the moment another user signs in
+
+    def record(request: Request) -> None:
+        if request.method == "POST" and request.url.endswith("/sync/events"):
+            pushed.append(request.post_data or "")
+
+    first.on("request", record)
     banner.get_by_role("button", name="Sign in").click()
     question = first.get_by_role("alertdialog")
     expect(question).to_contain_text("has 1 change on this device that did not reach the server yet")
