@@ -1,6 +1,6 @@
 """The chats: the list (by activity, with its marks), the open chat's header (rename, delete),
-search, and export and import. The Client hands it the actions whose names start with a chat's
-verbs (see ``Client.dispatch``) and asks it to draw the list and the header.
+search, and export and import. ``Client.dispatch`` hands it every action it has an ``on_``
+method for; the Client asks it to draw the list and the header.
 """
 
 from __future__ import annotations
