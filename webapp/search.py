@@ -3,16 +3,17 @@
 The index is two external-content FTS5 tables over the shown tables (``chats``, ``messages``),
 kept by triggers (through a table of changed rows for messages, see ``create_index``): a change
 to a row and to its index entry are one transaction, whatever made the change (a local edit, a
-remote event, a full resync replacing the tables). The tokenizer is
-unicode61 without diacritics (so "cafe" finds "café" and Cyrillic works), with prefix indexes so
-that a word being typed matches as a prefix.
+remote event, a full resync replacing the tables). The tokenizer is unicode61 without
+diacritics (so "cafe" finds "café" and Cyrillic works), with prefix indexes so that a word being
+typed matches as a prefix.
 
 Results are newest first. FTS5 walks its matches in rowid order at no cost, and a row's rowid
 follows the order rows arrived in (the log's order, a snapshot's, an import's), which is close
 to the order they were written in; so the newest ``CANDIDATES`` matches by rowid are taken and
 sorted by their time. Exact unless a word matches more than that many messages (then the newest
 of the most recently arrived are shown: a word that common needs another one beside it). Only
-the rows shown get a snippet (FTS5's ``snippet`` is the costly part), with the matched words marked.
+the rows shown get a snippet, made here around the first match with the words found marked
+(``_Marker``: FTS5's own ``snippet`` cost half a millisecond a result).
 """
 
 from __future__ import annotations
