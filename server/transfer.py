@@ -9,6 +9,8 @@ Both go through the code the API uses, on SQLite and PostgreSQL alike: the expor
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import BinaryIO, TextIO
 
 from pydantic import ValidationError
@@ -31,15 +33,10 @@ UNKNOWN_USER, NOT_AN_EXPORT, SOME_REJECTED = 1, 2, 3
 
 async def export_account(settings: Settings, username: str, out: TextIO) -> int:
     """Write the account's current state to ``out`` as an export (JSON, one line)."""
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    try:
-        account = await _account(store, username, "export")
+    async with _opened(settings, username, "export") as (store, account):
         if account is None:
             return UNKNOWN_USER
         page = await store.read_state(account.id, None, None, EVERYTHING, None)
-    finally:
-        await store.close()
     assert page.next_page is None
     export = export_of(page.snapshot.chats, page.snapshot.messages, format_time(utc_now()))
     out.write(export.model_dump_json(by_alias=True) + "\n")
@@ -62,10 +59,7 @@ async def import_account(settings: Settings, username: str, source: BinaryIO) ->
         )
         return NOT_AN_EXPORT
     events = import_events(export, format_time(utc_now()))
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    try:
-        account = await _account(store, username, "import")
+    async with _opened(settings, username, "import") as (store, account):
         if account is None:
             return UNKNOWN_USER
         checked = [_checked(event, settings.max_content_chars) for event in events]
@@ -73,16 +67,21 @@ async def import_account(settings: Settings, username: str, source: BinaryIO) ->
         for batch in batches(checked, settings.max_batch_events):  # one transaction each, in order
             done, _ = await store.append(account.id, ORIGIN, batch)
             results += done
-    finally:
-        await store.close()
     return _report(export, events, results)
 
 
-async def _account(store: SqlEventStore, username: str, doing: str) -> Account | None:
-    account = await store.find_account(username)
-    if account is None:
-        print(f"cannot {doing}: there is no account {username!r} (python -m server add-user creates one)", file=sys.stderr)
-    return account
+@asynccontextmanager
+async def _opened(settings: Settings, username: str, doing: str) -> AsyncIterator[tuple[SqlEventStore, Account | None]]:
+    """The store, open, and the account (None, said on stderr, when there is none)."""
+    store = open_store(settings.database_url, utc_now)
+    await store.open()
+    try:
+        account = await store.find_account(username)
+        if account is None:
+            print(f"cannot {doing}: there is no account {username!r} (python -m server add-user creates one)", file=sys.stderr)
+        yield store, account
+    finally:
+        await store.close()
 
 
 def _checked(event: DomainEvent, max_content_chars: int) -> DomainEvent | Rejected:
