@@ -388,12 +388,16 @@ class LocalStore:
                             conn.execute("DELETE FROM pending_events WHERE id = ?", (row["id"],))
                 self._rebuild_shown(conn)
             else:
-                conn.execute(
-                    "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
-                    (event.event_id, entity, json.dumps(event.wire())),
-                )
-                self._run(conn, SHOWN, event)
+                self._queue(conn, event)
         await self._durable()
+
+    def _queue(self, conn: sqlite3.Connection, event: DomainEvent) -> None:
+        """Into the outbox, and onto the shown state."""
+        conn.execute(
+            "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
+            (event.event_id, event.entity_id(), json.dumps(event.wire())),
+        )
+        self._run(conn, SHOWN, event)
 
     @staticmethod
     def _show_new_branch(conn: sqlite3.Connection, event: DomainEvent) -> None:
@@ -417,11 +421,7 @@ class LocalStore:
                     continue
                 if conn.execute("SELECT 1 FROM pending_events WHERE event_id = ?", (event.event_id,)).fetchone():
                     continue
-                conn.execute(
-                    "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
-                    (event.event_id, entity, json.dumps(event.wire())),
-                )
-                self._run(conn, SHOWN, event)
+                self._queue(conn, event)
                 added += 1
         await self._durable()
         return added

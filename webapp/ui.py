@@ -215,8 +215,7 @@ def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = 
             '<button type="button" class="secondary" data-action="cancel-delete-chat">Cancel</button></div>'
         )
     tools = "".join(
-        f'<button type="button" class="tool" data-action="{action}" data-id="{chat.id}" aria-label="{label}" '
-        f'title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
+        _icon_button(action, chat.id, label, icon)
         for action, label, icon in (
             ("rename-chat", "Rename", "edit"), ("export-chat", "Export as Markdown", "download"),
             ("delete-chat", "Delete chat", "delete"),
