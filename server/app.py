@@ -401,6 +401,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
                 up_to_seq=page.up_to_seq,
                 current_seq=page.current_seq,
                 next_page=page.next_page,
+                total=page.total,
             ).wire()
         )
 

@@ -44,18 +44,34 @@ class CompactionResult:
     min_available_seq: int
 
 
-def encode_page(table: str, after_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([table, after_id]).encode()).decode()
+# A page of ``/sync/state`` ends at a row; the token says which: its table, then its
+# (last_seq, id). Rows come newest-written first (last_seq descending), chats before messages,
+# so the chat list and the latest messages of the most recently active chats arrive first.
+# The key is fixed for every row of the snapshot at N (a row with last_seq <= N changes only by
+# leaving it, its last_seq becoming > N), so paging is complete and never repeats a row,
+# whatever is written between pages.
+def encode_page(table: str, last_seq: int, after_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([table, last_seq, after_id]).encode()).decode()
 
 
-def decode_page(token: str) -> tuple[str, str]:
+def decode_page(token: str) -> tuple[str, int, str]:
     try:
-        table, after_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        table, last_seq, after_id = json.loads(base64.urlsafe_b64decode(token.encode()))
     except (ValueError, TypeError):
         raise InvalidPage("page is not a token this server gave out") from None
-    if table not in ("chats", "messages") or not isinstance(after_id, str):
+    if (
+        table not in ("chats", "messages")
+        or not isinstance(after_id, str)
+        or not isinstance(last_seq, int)
+        or isinstance(last_seq, bool)
+        or not 0 <= last_seq < 2**63
+    ):
         raise InvalidPage("page is not a token this server gave out")
-    return table, after_id
+    return table, last_seq, after_id
+
+
+def _split(token: tuple[str, int, str]) -> tuple[str, tuple[int, str]]:
+    return token[0], (token[1], token[2])
 
 
 CURSOR_WRITE_SECONDS = 30.0
@@ -136,24 +152,32 @@ class SqlEventStore:
         limit: int,
         page: str | None,
     ) -> StatePage:
-        table_name, after_id = decode_page(page) if page else ("chats", "")
+        table_name, after = ("chats", None) if page is None else _split(decode_page(page))
         chats: list[Chat] = []
         messages: list[Message] = []
         next_page: str | None = None
+        total: int | None = None
         async with self.db.transaction() as tx:
             head, min_available = await self._head(tx, account_id)
             n = head if up_to_seq is None else min(up_to_seq, head)
             if n + 1 < min_available:
                 raise CursorExpired(min_available, head)
+            if page is None:  # the first page says how many rows the snapshot holds
+                total = await self._count(tx, account_id, n, chat_id)
             remaining = limit
             for table in (CHATS, MESSAGES):
                 if table_name == "messages" and table is CHATS:
                     continue
-                start = after_id if table.name == table_name else ""
+                start = after if table.name == table_name else None
                 rows = await self._rows(tx, table, account_id, n, chat_id, start, remaining + 1)
                 if len(rows) > remaining:
                     rows = rows[:remaining]
-                    next_page = encode_page(table.name, rows[-1]["id"] if rows else start)
+                    if rows:
+                        next_page = encode_page(table.name, rows[-1]["last_seq"], rows[-1]["id"])
+                    elif start is not None:
+                        next_page = encode_page(table.name, *start)
+                    else:  # no room left on this page for this table: it starts the next one
+                        next_page = encode_page(table.name, n + 1, "")
                 if table is CHATS:
                     chats = [Chat.model_validate(r) for r in rows]
                 else:
@@ -161,7 +185,20 @@ class SqlEventStore:
                 remaining -= len(rows)
                 if next_page is not None:
                     break
-        return StatePage(Snapshot(chats=chats, messages=messages), n, head, next_page)
+        return StatePage(Snapshot(chats=chats, messages=messages), n, head, next_page, total)
+
+    @staticmethod
+    async def _count(tx: Tx, account_id: str, up_to_seq: int, chat_id: str | None) -> int:
+        total = 0
+        for table in (CHATS, MESSAGES):
+            where = "account_id = ? AND last_seq <= ?"
+            params: list[Any] = [account_id, up_to_seq]
+            if chat_id is not None:
+                where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
+                params.append(chat_id)
+            row = await tx.fetchone(f"SELECT count(*) FROM {table.name} WHERE {where}", *params)
+            total += int(row[0]) if row is not None else 0
+        return total
 
     @staticmethod
     async def _rows(
@@ -170,17 +207,24 @@ class SqlEventStore:
         account_id: str,
         up_to_seq: int,
         chat_id: str | None,
-        after_id: str,
+        after: tuple[int, str] | None,
         limit: int,
     ) -> list[dict[str, Any]]:
-        where = "account_id = ? AND last_seq <= ? AND id > ?"
-        params: list[Any] = [account_id, up_to_seq, after_id]
+        """Rows of the snapshot at ``up_to_seq`` after the key ``after`` (last_seq, id),
+        in descending order of that key (the index on (account_id, last_seq) serves it)."""
+        where = "account_id = ? AND last_seq <= ?"
+        params: list[Any] = [account_id, up_to_seq]
+        if after is not None:
+            where += " AND (last_seq < ? OR (last_seq = ? AND id < ?))"
+            params += [after[0], after[0], after[1]]
         if chat_id is not None:
             where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
             params.append(chat_id)
         cols = table.column_names
         rows = await tx.fetchall(
-            f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where} ORDER BY id LIMIT ?", *params, limit
+            f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where} ORDER BY last_seq DESC, id DESC LIMIT ?",
+            *params,
+            limit,
         )
         return [dict(zip(cols, row)) for row in rows]
 

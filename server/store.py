@@ -76,6 +76,7 @@ class StatePage:
     up_to_seq: int
     current_seq: int
     next_page: str | None
+    total: int | None = None  # rows in the whole snapshot, on its first page
 
 
 @dataclass(frozen=True)

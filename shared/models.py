@@ -246,6 +246,9 @@ class StateResponse(Wire):
     up_to_seq: int
     current_seq: int
     next_page: str | None = None
+    # An addition to PROTOCOL.md: on the first page (no ``page``), how many rows (chats and
+    # messages) the whole snapshot holds, for a client's progress; null on later pages.
+    total: int | None = None
 
 
 class Credentials(Wire):
