@@ -25,6 +25,8 @@ from shared.models import DeltaFrame
 # Streamed tokens (``delta`` frames) reach every process's sockets through this channel, as
 # "<account> <frame JSON>". A NOTIFY payload holds under 8,000 bytes, so long texts are split.
 DELTA_CHANNEL = "chat_delta"
+# "<account> <message id>": the reply's run has ended; every process forgets its stream (live.py).
+STREAM_END_CHANNEL = "chat_stream_end"
 DELTA_CHUNK = 1000  # characters: at most 4 bytes each in UTF-8, with room for the frame around
 
 
@@ -46,6 +48,15 @@ async def publish_delta(db: Database, hub: Hub, account_id: str, frame: DeltaFra
             await db.read_one("SELECT pg_notify(?, ?)", DELTA_CHANNEL, f"{account_id} {text}")
         else:
             hub.publish(account_id, text)
+
+
+async def publish_end(db: Database, hub: Hub, account_id: str, message_id: str) -> None:
+    """The reply's run has ended: every process forgets the text it kept of its stream. (Sent
+    after the run's last delta, on the same path, so it comes after them everywhere.)"""
+    if db.dialect == "postgres":
+        await db.read_one("SELECT pg_notify(?, ?)", STREAM_END_CHANNEL, f"{account_id} {message_id}")
+    else:
+        hub.end(account_id, message_id)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +87,8 @@ class PostgresListener:
         account, _, rest = payload.partition(" ")
         if channel == DELTA_CHANNEL:
             self._hub.publish(account, rest)
+        elif channel == STREAM_END_CHANNEL:
+            self._hub.end(account, rest)
         else:
             self._hub.notify(account, int(rest))
 
@@ -94,9 +107,11 @@ class PostgresListener:
                 connection.add_termination_listener(lambda _, lost=lost: lost.set())
                 await connection.add_listener(NOTIFY_CHANNEL, self._on_notification)
                 await connection.add_listener(DELTA_CHANNEL, self._on_notification)
+                await connection.add_listener(STREAM_END_CHANNEL, self._on_notification)
                 backoff = 0.1
                 if self._connected.is_set():
                     self._hub.notify_all()  # back after a gap: nothing may stay unseen
+                    self._hub.streams_interrupted()  # (and deltas may have gone by)
                 self._connected.set()
                 await lost.wait()
                 log.warning("fan-out: the listening connection was lost; reconnecting")

@@ -4,6 +4,11 @@ socket loop itself.
 A socket's events always come from a read of the store after its own cursor (the hub's read of a
 commit, shared by every socket at that cursor, or its own), begun after it was woken: so a missed
 or merged wake-up can never cause a gap or a duplicate, and every commit reaches every socket.
+
+The hub also keeps the text of every reply streaming now, as the delta frames that reached this
+process built it (``Stream``). Right after ``caughtUp`` a socket gets, for each, one delta frame
+at offset 0 with all of it, and none of the older deltas still waiting for it: a device that
+joins mid-answer shows the text so far at once, and the next delta follows it exactly.
 """
 
 from __future__ import annotations
@@ -12,21 +17,25 @@ import asyncio
 import functools
 import itertools
 import json
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from server.store import CursorExpired, EventStore
-from shared.models import CaughtUpFrame, EventFrame, PingFrame
+from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, PingFrame
 
 BACKLOG_PAGE = 500
 PING = json.dumps(PingFrame().wire())
 
 
-# Deltas are not durable: a socket too slow to take them loses the oldest, and the message's next
-# checkpoint in the log brings it up to date.
+# Deltas are not durable: a socket too slow to take this many is given the texts so far instead
+# (from the hub's streams) and the deltas after them.
 MAX_PENDING_DELTAS = 1000
+# A stream no delta or end has touched for this long is forgotten (its run's process died, or
+# its end was missed while PostgreSQL's listener was away).
+STREAM_IDLE_SECONDS = 300.0
 
 
 # Where a WebSocket's scope keeps the ASGI server's own send callable (see KeepAsgiSend).
@@ -68,8 +77,19 @@ class Subscription:
         self.cursor = 0  # where the socket stands in the log
         self.woken = 0  # when it was last woken (SharedReads.now()): its next read begins after
         self.page: Page | None = None
-        self.deltas: deque[str] = deque(maxlen=MAX_PENDING_DELTAS)
+        self.deltas: deque[tuple[str, str]] = deque()  # (message id, the frame's JSON text)
+        self.resend = False  # the streams' texts so far are to be sent (caughtUp, or deltas lost)
         self.ping_due = False
+
+
+@dataclass
+class Stream:
+    """A reply streaming now, as the delta frames that reached this process built it."""
+
+    run_id: str
+    text: str  # from offset 0
+    complete: bool  # False: a delta was missed (this process came mid-answer, or lost one)
+    touched: float  # time.monotonic() of its last delta
 
 
 @dataclass(frozen=True)
@@ -144,6 +164,8 @@ class Hub:
         self._reads = reads
         self._feeds: dict[str, Feed] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._streams: dict[str, dict[str, Stream]] = {}  # account -> message id -> its stream
+        self._pruned = time.monotonic()
         self.closing = False
 
     def go_away(self) -> None:
@@ -221,11 +243,74 @@ class Hub:
             self._wake(feed, None)
 
     def publish(self, account_id: str, frame: str) -> None:
-        """Pass a non-durable frame (a ``delta``) to the account's sockets in this process."""
+        """Pass a ``delta`` frame (its JSON text) to the account's sockets in this process, and
+        add it to the reply's stream."""
+        delta = DeltaFrame.model_validate_json(frame)
+        self._add(account_id, delta)
         feed = self._feeds.get(account_id)
         for subscription in feed.subscriptions if feed is not None else ():
-            subscription.deltas.append(frame)
+            if len(subscription.deltas) >= MAX_PENDING_DELTAS:  # too slow: the texts so far instead
+                subscription.deltas.clear()
+                subscription.resend = True
+            subscription.deltas.append((delta.message_id, frame))
             subscription.ready.set()
+
+    def _add(self, account_id: str, delta: DeltaFrame) -> None:
+        now = time.monotonic()
+        if now - self._pruned > STREAM_IDLE_SECONDS / 10:
+            self._prune(now)
+        streams = self._streams.setdefault(account_id, {})
+        stream = streams.get(delta.message_id)
+        if stream is None or delta.offset == 0:
+            stream = streams[delta.message_id] = Stream(delta.run_id, "", delta.offset == 0, now)
+        stream.touched = now
+        if not stream.complete:
+            return
+        if delta.offset > len(stream.text):
+            stream.complete = False  # a gap: what came between is not known here
+        elif delta.offset + len(delta.text) > len(stream.text):  # (less: an old piece, repeated)
+            stream.text = stream.text[: delta.offset] + delta.text
+
+    def _prune(self, now: float) -> None:
+        self._pruned = now
+        for account_id, streams in list(self._streams.items()):
+            for message_id, stream in list(streams.items()):
+                if now - stream.touched > STREAM_IDLE_SECONDS:
+                    del streams[message_id]
+            if not streams:
+                del self._streams[account_id]
+
+    def end(self, account_id: str, message_id: str) -> None:
+        """The reply's run has ended (its text is in the log): its stream is forgotten."""
+        streams = self._streams.get(account_id, {})
+        streams.pop(message_id, None)
+        if not streams:
+            self._streams.pop(account_id, None)
+
+    def streams_interrupted(self) -> None:
+        """Deltas may have been missed (PostgreSQL's listener was away): no stream is known whole."""
+        for streams in self._streams.values():
+            for stream in streams.values():
+                stream.complete = False
+
+    def streaming(self, account_id: str) -> dict[str, Stream]:
+        """The account's replies streaming now whose text this process knows whole."""
+        return {m: s for m, s in self._streams.get(account_id, {}).items() if s.complete and s.text}
+
+    def texts_so_far(self, account_id: str, subscription: Subscription) -> list[str]:
+        """A delta frame at offset 0 with the whole text so far of each reply streaming now; the
+        socket's waiting deltas of those replies are dropped (the texts hold them), so the next
+        delta it gets of each follows its text exactly."""
+        subscription.resend = False
+        streams = self.streaming(account_id)
+        if streams and subscription.deltas:
+            kept = [d for d in subscription.deltas if d[0] not in streams]
+            subscription.deltas.clear()
+            subscription.deltas.extend(kept)
+        return [
+            json.dumps(DeltaFrame(message_id=m, run_id=s.run_id, offset=0, text=s.text).wire())
+            for m, s in streams.items()
+        ]
 
     def socket_count(self) -> int:
         return sum(len(f.subscriptions) for f in self._feeds.values())
@@ -292,12 +377,16 @@ async def follow(
                 if not caught_up:
                     caught_up = True
                     await deliver(json.dumps(CaughtUpFrame(seq=cursor).wire()))
+                    mailbox.resend = True  # then what the replies streaming now have so far
+            if mailbox.resend and caught_up:
+                for frame in hub.texts_so_far(account_id, mailbox):  # (composed at once, then sent)
+                    await deliver(frame)
             while mailbox.deltas:
-                await deliver(mailbox.deltas.popleft())
+                await deliver(mailbox.deltas.popleft()[1])
             if mailbox.ping_due:
                 mailbox.ping_due = False
                 await deliver(PING)
-            if not (mailbox.log_changed or mailbox.deltas or hub.closing):
+            if not (mailbox.log_changed or mailbox.deltas or (mailbox.resend and caught_up) or hub.closing):
                 await mailbox.ready.wait()
     finally:
         timer.cancel()

@@ -5,17 +5,23 @@ exists at most once per request eventId, and a resubmitted request never calls t
 Any server process's worker claims the oldest queued run of a chat that has none streaming (one
 answer at a time per chat: the rest wait their turn), under a lease it renews while it streams.
 It sends the model's tokens as ``delta`` frames to the account's sockets, writes the growing reply
-into the log as ``MessageEdited`` checkpoints (about one a second) and the final message, and
-reads to the end whether or not anyone is listening. A Stop (``AssistantRunCancelled``) makes the
-next checkpoint be rejected (an ended run's message keeps its status, server/store.py), and the
-worker stops reading. A run whose lease ran out (its process died) is failed, with what it had
-written: taking it up again would pay the model a second time.
+into the log as ``MessageEdited`` checkpoints and the final message, and reads to the end whether
+or not anyone is listening. Checkpoints are spaced so that the answer's log bytes stay within
+``CHECKPOINT_RATIO`` times its text at any length (``CheckpointPlan``): each comes once the text
+has grown past everything the answer logged so far, so about each time it has doubled, and at
+most one per ``checkpoint_seconds``. A Stop (``AssistantRunCancelled``) ends the reply's status
+(an ended run's message keeps it, server/store.py): the worker reads that status when a
+checkpoint is not due (at most once per ``checkpoint_seconds``) and stops reading. A run whose
+lease ran out (its process died) is failed, with what it had written: taking it up again would
+pay the model a second time; what it streamed after its last checkpoint is lost (at most about
+half of the text, or all of it before the first checkpoint).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import time
@@ -30,7 +36,7 @@ from server.db import Database
 from server.event_store import SqlEventStore
 from shared.assistants import UpstreamError, Usage, history_along, turns_of
 from shared.ids import Uuid7Generator
-from shared.models import DeltaFrame, DomainEvent, EventType, Message, format_time
+from shared.models import DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
 from shared.schema import MESSAGES
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,56 @@ log = logging.getLogger(__name__)
 MAX_RUNS_PER_PROCESS = 32
 INTERRUPTED = "the server stopped while writing this answer"
 STOPPED = "the server was shut down while writing this answer"
+
+# The log bytes of one answer (every event of its run, as /sync/updates returns them) stay within
+# this many times the UTF-8 bytes of its final text, once that text is long enough to pay for the
+# events every answer has (its request, the start and the end: about 1.3 KB).
+CHECKPOINT_RATIO = 3.0
+# What a stored event may have beyond the estimate of logged_size (the server's updatedAt, lastSeq).
+EVENT_MARGIN = 64
+DEVICE_ID = "0" * 36  # as long as a device's id: the origin of a client's request
+
+
+def logged_size(event: DomainEvent, origin: str = "server") -> int:
+    """The bytes of this event in the log as /sync/updates returns it, or a little more."""
+    return len(json.dumps({**event.wire(), "seq": 2**53, "origin": origin})) + EVENT_MARGIN
+
+
+def escaped_size(text: str) -> int:
+    """The bytes ``text`` takes inside a JSON string, as the server writes it (ASCII, escaped)."""
+    return len(json.dumps(text)) - 2
+
+
+@dataclass
+class CheckpointPlan:
+    """When a streaming reply is written into the log again (pure: it is told the time and sizes).
+
+    A checkpoint of the text so far is due once ``seconds`` have passed since the last one and
+    the answer can afford it: what it has logged, plus this checkpoint, plus a final event at
+    least as long, stays within ``ratio`` times the text. The final event then keeps the bound
+    too, since every byte of text adds at most ``ratio`` bytes to it (JSON's escapes of
+    non-ASCII text are at most 3 bytes per UTF-8 byte; only control characters are more). So a
+    checkpoint comes once the text has grown past all the answer has logged so far: each text
+    about twice the last, and a 2,000-token answer writes half a dozen. ``ratio`` None: one every
+    ``seconds``, whatever it costs (the rule before, kept as the benchmark's baseline)."""
+
+    seconds: float
+    ratio: float | None
+    logged: int  # bytes this answer has in the log so far
+    envelope: int  # bytes of a checkpoint beyond its text
+    last: float  # when the last one was written (or the reply started)
+
+    def due(self, now: float, text_bytes: int, content_bytes: int) -> bool:
+        """``text_bytes``: the text's UTF-8 bytes; ``content_bytes``: its bytes in the log."""
+        if now - self.last < self.seconds:
+            return False
+        if self.ratio is None:
+            return True
+        return self.logged + 2 * (self.envelope + content_bytes) <= self.ratio * text_bytes
+
+    def written(self, now: float, content_bytes: int) -> None:
+        self.logged += self.envelope + content_bytes
+        self.last = now
 
 
 @dataclass(frozen=True)
@@ -73,6 +129,7 @@ class RunWorker:
         lease_seconds: float = 30.0,
         poll_seconds: float = 1.0,
         checkpoint_seconds: float = 1.0,
+        end_stream: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._db = store.db
@@ -82,7 +139,9 @@ class RunWorker:
         self._clock = clock
         self._lease = lease_seconds
         self._poll = poll_seconds
-        self._checkpoint_every = checkpoint_seconds
+        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_ratio: float | None = CHECKPOINT_RATIO
+        self._end_stream = end_stream
         self._owner = uuid.uuid4().hex  # this process, as a lease holder
         self._new_id = Uuid7Generator(lambda: int(clock().timestamp() * 1000), os.urandom)
         self._wake = asyncio.Event()
@@ -208,21 +267,57 @@ class RunWorker:
             )
         return [Message.model_validate(dict(zip(MESSAGES.column_names, row))) for row in rows]
 
+    def _edited(self, reply: Message, status: str, content: str) -> DomainEvent:
+        edited = reply.model_copy(update={"status": status, "content": content, "updated_at": None, "last_seq": None})
+        return DomainEvent(event_id=self._new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=self._now())
+
     async def _edit(self, reply: Message, status: str, content: str, account_id: str) -> bool:
         """Append the reply as it is now; False when it was refused (the run was stopped, the
         message or its chat deleted)."""
-        edited = reply.model_copy(update={"status": status, "content": content, "updated_at": None, "last_seq": None})
-        event = DomainEvent(event_id=self._new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=self._now())
-        [result], current = await self._store.append(account_id, "server", [event])
+        [result], current = await self._store.append(account_id, "server", [self._edited(reply, status, content)])
         if result.status == "accepted":
             self._notify(account_id, current)
         return result.status == "accepted"
+
+    async def _still_running(self, run: Run) -> bool:
+        """Whether the reply may still be written: not stopped, nor deleted with its chat."""
+        row = await self._db.read_one(
+            "SELECT status FROM messages WHERE account_id = ? AND id = ?", run.account_id, run.message_id
+        )
+        return row is not None and row[0] in ("queued", "streaming")
+
+    async def _ended_stream(self, run: Run) -> None:
+        """The reply's text is in the log for good: the sockets' copies of its stream can go."""
+        if self._end_stream is not None:
+            try:
+                await self._end_stream(run.account_id, run.message_id)
+            except Exception:  # (the database went away: the copies expire on their own)
+                log.exception("ending the stream of a run")
+
+    def _plan(self, run: Run, reply: Message) -> CheckpointPlan:
+        """The checkpoints of this reply; the answer has logged its request and its start."""
+        request = RunRequest(
+            run_id=run.id, chat_id=run.chat_id, parent_id=reply.parent_id, message_id=reply.id,
+            assistant_id=run.assistant_id,
+        )  # fmt: skip
+        asked = DomainEvent(
+            event_id=self._new_id(), type=EventType.ASSISTANT_RUN_REQUESTED, payload=request, created_at=self._now()
+        )
+        envelope = logged_size(self._edited(reply, "streaming", ""))
+        return CheckpointPlan(
+            seconds=self.checkpoint_seconds,
+            ratio=self.checkpoint_ratio,
+            logged=logged_size(asked, DEVICE_ID) + envelope,
+            envelope=envelope,
+            last=time.monotonic(),
+        )
 
     async def _end_message(self, run: Run, status: str) -> None:
         """A run that ended without its worker (its process died): the reply keeps what it has."""
         reply = next((m for m in await self._messages(run) if m.id == run.message_id), None)
         if reply is not None and reply.status in ("queued", "streaming"):
             await self._edit(reply, status, reply.content, run.account_id)
+        await self._ended_stream(run)
 
     async def _execute(self, run: Run) -> None:
         messages = await self._messages(run)
@@ -239,11 +334,18 @@ class RunWorker:
         if not await self._edit(reply, "streaming", "", run.account_id):
             await self._finish(run, "cancelled", None, False, "stopped before it started")
             return
+        try:
+            await self._stream(run, reply, assistant, messages)
+        finally:
+            await self._ended_stream(run)
 
+    async def _stream(self, run: Run, reply: Message, assistant: Assistant, messages: list[Message]) -> None:
         content, pieces, usage = "", 0, None
+        text_bytes = content_bytes = 0  # the text's UTF-8 bytes, and its bytes in a logged event
         status = "completed"
         error_text: str | None = None
-        last_checkpoint = time.monotonic()
+        plan = self._plan(run, reply)
+        checked = time.monotonic()  # when the reply's status was last read (or written)
         stream = assistant.model.stream(turns_of(history_along(messages, reply.parent_id)))
         keeper = asyncio.ensure_future(self._keep_lease(run, asyncio.current_task()))
         try:
@@ -256,10 +358,19 @@ class RunWorker:
                 frame = DeltaFrame(message_id=reply.id, run_id=run.id, offset=len(content), text=piece.text)
                 content += piece.text
                 pieces += 1
+                text_bytes += len(piece.text.encode())
+                content_bytes += escaped_size(piece.text)
                 await self._publish_delta(run.account_id, frame)
-                if time.monotonic() - last_checkpoint >= self._checkpoint_every:
-                    last_checkpoint = time.monotonic()
+                now = time.monotonic()
+                if plan.due(now, text_bytes, content_bytes):
+                    plan.written(now, content_bytes)
+                    checked = now
                     if not await self._edit(reply, "streaming", content, run.account_id):
+                        status = "cancelled"
+                        break
+                elif now - checked >= self.checkpoint_seconds:
+                    checked = now
+                    if not await self._still_running(run):
                         status = "cancelled"
                         break
         except UpstreamError as e:

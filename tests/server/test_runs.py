@@ -104,7 +104,9 @@ async def test_the_assistants_are_listed(client: Client) -> None:
 async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     app: Quart, client: Client, upstream: FakeUpstream
 ) -> None:
-    upstream.delay = 0.05  # 30 words: about 1.5 s, so checkpoints are written along the way
+    # 600 words (4.3 KB) for about 2.5 s: long enough for a checkpoint along the way (one comes
+    # once the text pays for it, server/runs.py CheckpointPlan: at about 2.3 KB).
+    upstream.delay, upstream.words = 0.004, 600
     session = await signup(client)
     chat, question = await a_chat_with_a_question(client, session)
     request = run_request(chat, question)
@@ -120,10 +122,10 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     assert all(d["messageId"] == reply_id and d["runId"] == request["payload"]["runId"] for d in deltas)
     text = "".join(d["text"] for d in deltas)
     assert [d["offset"] for d in deltas] == [len("".join(x["text"] for x in deltas[:i])) for i in range(5)]
-    assert full_answer().startswith(text)
+    assert full_answer(600).startswith(text)
 
     done = await until_status(client, session, chat, reply_id, "completed")
-    assert done["content"] == full_answer()
+    assert done["content"] == full_answer(600)
     assert done["role"] == "assistant" and done["parentId"] == question and done["assistantId"] == "fake"
     updates = await (await client.get("/sync/updates?afterSeq=0", headers=bearer(session))).get_json()
     edits = [e["payload"] for e in updates["events"] if e["type"] == "MessageEdited"]
@@ -135,13 +137,13 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     [sent] = upstream.requests
     assert sent["messages"] == [{"role": "user", "content": "What is up?"}] and sent["stream_options"]["include_usage"]
     assert await run_row(app, request["payload"]["runId"]) == {
-        "status": "completed", "error": None, "prompt": 7, "completion": 30, "reported": 1, "calls": 1,
+        "status": "completed", "error": None, "prompt": 7, "completion": 600, "reported": 1, "calls": 1,
     }
     # ...and what it cost is shown to the account, per chat.
     runs = await (await client.get(f"/runs?chatId={chat}", headers=bearer(session))).get_json()
     assert runs == [{
         "runId": request["payload"]["runId"], "messageId": reply_id, "assistantId": "fake", "status": "completed",
-        "error": None, "promptTokens": 7, "completionTokens": 30, "usageReported": True,
+        "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True,
     }]
     other = await signup(client, "other")
     assert await (await client.get(f"/runs?chatId={chat}", headers=bearer(other))).get_json() == []
