@@ -20,7 +20,7 @@ from quart import Quart, Response, g, request, send_from_directory, websocket
 from werkzeug.exceptions import HTTPException
 
 from server import auth
-from server.assets import Assets, content_type
+from server.assets import Assets, content_type, immutable
 from server.assistants import load_assistants
 from server.compactor import run_compactor
 from server.config import Settings
