@@ -16,13 +16,14 @@ from urllib.parse import urlsplit
 
 from hypercorn.middleware import ProxyFixMiddleware
 from pydantic import ValidationError
-from quart import Quart, Response, g, request, send_from_directory, websocket
+from quart import Quart, Response, g, request, websocket
 from werkzeug.exceptions import HTTPException
 
 from server import auth
 from server.assets import Assets, content_type, immutable
 from server.assistants import load_assistants
 from server.compactor import run_compactor
+from server.compression import Encoded, StaticFiles, compressed_json
 from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
@@ -377,7 +378,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         assert after is not None and limit is not None
         updates = await store.read_updates(session.account_id, after, limit)
         await store.record_cursor(session.account_id, session.device_id, after)
-        return json_response(
+        return compressed_json(
+            request.headers,
             UpdatesResponse(
                 events=updates.events, has_more=updates.has_more, current_seq=updates.current_seq
             ).wire()
@@ -396,7 +398,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             )
         except InvalidPage as e:
             raise ApiError(400, "bad_request", str(e)) from None
-        return json_response(
+        return compressed_json(
+            request.headers,
             StateResponse(
                 snapshot=page.snapshot,
                 up_to_seq=page.up_to_seq,
@@ -516,29 +519,30 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     async def index() -> Response:
         return await static_file("index.html")
 
+    service_worker_script = Encoded.of_bytes(assets.service_worker().encode(), assets.version)
+    files = StaticFiles(settings.static_dir)
+
     @app.get("/sw.js")
     async def service_worker() -> Response:
-        response = Response(assets.service_worker(), content_type="text/javascript; charset=utf-8")
-        response.headers["Cache-Control"] = "no-cache"
-        return response
+        return service_worker_script.response(request.headers, "text/javascript; charset=utf-8", "no-cache")
 
     @app.get("/py/app.zip")
     async def python_bundle() -> Response:
-        response = Response(assets.bundle, content_type="application/zip")
-        response.headers["Cache-Control"] = "no-cache"
-        response.set_etag(assets.bundle_etag)
-        return await response.make_conditional(request)
+        return assets.bundle_encoded.response(request.headers, "application/zip", "no-cache")
 
     @app.get("/static/<path:path>")
     async def static_file(path: str) -> Response:
-        response = await send_from_directory(settings.static_dir, path, mimetype=content_type(path))
-        # Wheels carry their version in their name; everything else is revalidated (a 304 keeps
-        # the browser's compiled-wasm cache, which is keyed to the original 200).
-        immutable = path.startswith("vendor/wheels/")
-        response.headers["Cache-Control"] = (
-            "public, max-age=31536000, immutable" if immutable else "no-cache"
-        )
-        return response
+        found = files.locate(path)
+        if found is None:
+            raise ApiError(404, "not_found", "No such file.")
+        kind = content_type(path)
+        if kind.startswith("text/"):
+            kind += "; charset=utf-8"
+        # Vendor files whose URL changes with their content (a version in the path or the name)
+        # are kept for a year without asking; everything else is revalidated (a 304 keeps the
+        # browser's compiled-wasm cache, which is keyed to the original 200).
+        cache_control = "public, max-age=31536000, immutable" if immutable(path) else "no-cache"
+        return (await files.encoded(found)).response(request.headers, kind, cache_control)
 
     return app
 
