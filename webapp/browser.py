@@ -123,8 +123,8 @@ class BrowserTransport:
         data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")
         return UpdatesResponse.model_validate(data)
 
-    async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse:
-        query = "limit=500"
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        query = f"limit={limit}"
         if up_to_seq is not None:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:

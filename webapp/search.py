@@ -29,6 +29,7 @@ CANDIDATES = 1000  # matches sorted by time (see above)
 PREFIX_FROM = 2  # the last word typed matches as a prefix once it has this many letters
 SNIPPET_BEFORE, SNIPPET_LENGTH = 50, 180  # characters of a message shown from before its first match
 _WORD = re.compile(r"\w+", re.UNICODE)
+_TOKEN = re.compile(r"(?:[^\W_]|[\u0300-\u036f])+", re.UNICODE)  # a token of unicode61 (near enough)
 
 
 def create_index(conn: sqlite3.Connection) -> None:
@@ -76,20 +77,63 @@ def create_index(conn: sqlite3.Connection) -> None:
     )
 
 
-def flush(conn: sqlite3.Connection) -> None:
+def create_backlog(conn: sqlite3.Connection) -> None:
+    """Rows not indexed yet (a named migration): a snapshot's pages leave their new rows here
+    rather than index them before their commit (``flush(defer=True)``), and ``index_backlog``
+    indexes them afterwards in small slices; meanwhile ``search`` reads them directly."""
+    conn.execute("CREATE TABLE messages_fts_backlog (id INTEGER PRIMARY KEY)")
+
+
+def flush(conn: sqlite3.Connection, defer: bool = False) -> None:
     """Bring the index of messages up to date with the rows changed in this transaction (the
-    first note of a row holds what the index has for it). Called before every commit."""
+    first note of a row holds what the index has for it, unless the row is in the backlog: then
+    the index has nothing for it). Called before every commit; with ``defer``, the changed rows
+    go to the backlog instead of the index (their old entries still leave it now)."""
     if conn.execute("SELECT 1 FROM messages_fts_changed LIMIT 1").fetchone() is None:
         return
     conn.execute(
         """INSERT INTO messages_fts (messages_fts, rowid, content)
-           SELECT 'delete', id, content FROM messages_fts_changed WHERE indexed"""
+           SELECT 'delete', id, content FROM messages_fts_changed c
+           WHERE indexed AND NOT EXISTS (SELECT 1 FROM messages_fts_backlog b WHERE b.id = c.id)"""
     )
+    if defer:
+        conn.execute(
+            """INSERT OR IGNORE INTO messages_fts_backlog (id)
+               SELECT c.id FROM messages_fts_changed c JOIN messages m ON m.rowid = c.id"""
+        )
+        conn.execute(
+            """DELETE FROM messages_fts_backlog WHERE id IN (SELECT id FROM messages_fts_changed)
+               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.rowid = messages_fts_backlog.id)"""
+        )
+    else:
+        conn.execute(
+            """INSERT INTO messages_fts (rowid, content)
+               SELECT m.rowid, m.content FROM messages_fts_changed c JOIN messages m ON m.rowid = c.id"""
+        )
+        conn.execute("DELETE FROM messages_fts_backlog WHERE id IN (SELECT id FROM messages_fts_changed)")
+    conn.execute("DELETE FROM messages_fts_changed")
+
+
+def index_backlog(conn: sqlite3.Connection, limit: int) -> int:
+    """Index up to ``limit`` rows of the backlog (newest first, the ones searched for most);
+    returns how many are left. Call inside a write transaction."""
+    conn.execute(
+        """CREATE TEMP TABLE IF NOT EXISTS messages_fts_slice (id INTEGER PRIMARY KEY)"""
+    )
+    conn.execute("DELETE FROM messages_fts_slice")
+    conn.execute("INSERT INTO messages_fts_slice SELECT id FROM messages_fts_backlog ORDER BY id DESC LIMIT ?", (limit,))
     conn.execute(
         """INSERT INTO messages_fts (rowid, content)
-           SELECT m.rowid, m.content FROM messages_fts_changed c JOIN messages m ON m.rowid = c.id"""
+           SELECT m.rowid, m.content FROM messages_fts_slice s JOIN messages m ON m.rowid = s.id"""
     )
-    conn.execute("DELETE FROM messages_fts_changed")
+    conn.execute("DELETE FROM messages_fts_backlog WHERE id IN (SELECT id FROM messages_fts_slice)")
+    conn.execute("DELETE FROM messages_fts_slice")
+    return backlog(conn)
+
+
+def backlog(conn: sqlite3.Connection) -> int:
+    """How many messages are not indexed yet."""
+    return int(conn.execute("SELECT count(*) FROM messages_fts_backlog").fetchone()[0])
 
 
 def fts_query(text: str) -> str | None:
@@ -126,6 +170,14 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
         (query, CANDIDATES, limit),
     ).fetchall()
     found = [Hit(r[1], r[2], r[0], marker.snippet(r[4]), r[3]) for r in rows]
+    # Rows a snapshot brought that are not indexed yet (for a few seconds after it): read here.
+    unindexed = conn.execute(
+        """SELECT m.id, m.chat_id, c.title, m.created_at, m.content FROM messages_fts_backlog b
+           JOIN messages m ON m.rowid = b.id JOIN chats c ON c.id = m.chat_id"""
+    ).fetchall()
+    found += [Hit(r[1], r[2], r[0], marker.snippet(r[4]), r[3]) for r in unindexed if marker.matches_all(r[4])]
+    found.sort(key=lambda hit: hit.at, reverse=True)
+    found = found[:limit]
     with_messages = {hit.chat_id for hit in found}  # (a title made from a message found says the same)
     titles = conn.execute(
         """SELECT c.id, c.title, c.created_at FROM chats_fts JOIN chats c ON c.rowid = chats_fts.rowid
@@ -152,6 +204,7 @@ class _Marker:
         words = [_fold(w) for w in _WORD.findall(text)]
         self.words = set(words)
         self.prefix = words[-1] if words and len(words[-1]) >= PREFIX_FROM else None
+        self.exact = set(words[:-1] if self.prefix is not None else words)  # (matches_all)
         alternatives = [re.escape(w) for w in sorted(self.words, key=len, reverse=True)]
         if self.prefix is not None:
             alternatives.insert(0, re.escape(self.prefix) + r"\w*")
@@ -163,6 +216,15 @@ class _Marker:
         if self._ascii is not None and text.isascii():
             return [m.span() for m in self._ascii.finditer(text)]
         return [m.span() for m in _WORD.finditer(text) if self._matches(m.group())]
+
+    def matches_all(self, text: str) -> bool:
+        """Whether ``text`` has every word of the query (the last one as a prefix when it is
+        one), as the index would say (words split as unicode61 splits them: not at marks, at
+        underscores)."""
+        tokens = {_fold(t) for t in _TOKEN.findall(text)}
+        if not self.exact <= tokens:
+            return False
+        return self.prefix is None or any(t.startswith(self.prefix) for t in tokens)
 
     def _matches(self, word: str) -> bool:
         folded = _fold(word)

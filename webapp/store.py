@@ -30,6 +30,7 @@ from shared.models import (
     Message,
     RunRequest,
     Snapshot,
+    StateResponse,
     format_time,
 )
 from shared.reducer import PENDING_SEQ, apply
@@ -98,6 +99,19 @@ def wal_pages(path: str) -> set[int]:
         if data[offset + 8 : offset + 16] == salts:
             pages.add(int.from_bytes(data[offset : offset + 4], "big"))
     return pages
+
+
+@dataclass(frozen=True)
+class SnapshotProgress:
+    """A snapshot being downloaded page by page: fixed at ``up_to_seq``, continuing at
+    ``next_page``; ``done`` rows of ``total`` (when the server said) stored so far; ``fresh``:
+    the device held no confirmed state when it began."""
+
+    up_to_seq: int
+    next_page: str | None
+    done: int
+    total: int | None
+    fresh: bool
 
 
 @dataclass(frozen=True)
@@ -191,6 +205,11 @@ def _migration_6(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX messages_running ON messages (chat_id) WHERE status IN ('queued', 'streaming')")
 
 
+def _migration_7(conn: sqlite3.Connection) -> None:
+    """A snapshot's rows are indexed for search after it, in slices (webapp/search.py)."""
+    fulltext.create_backlog(conn)
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -199,6 +218,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_rejected_events", _migration_4),
     ("0005_branch_choices", _migration_5),
     ("0006_search", _migration_6),
+    ("0007_search_backlog", _migration_7),
 ]
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
@@ -241,13 +261,13 @@ class LocalStore:
             conn.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, defer_index: bool = False) -> Iterator[sqlite3.Connection]:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
             if self._searchable:
-                fulltext.flush(conn)  # the search index, in the same transaction
+                fulltext.flush(conn, defer_index)  # the search index, in the same transaction
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -539,6 +559,105 @@ class LocalStore:
             self._drop_logged(conn)
             self._rebuild_shown(conn)
         await self._durable()
+
+    # --- a snapshot, page by page (webapp/sync.py: the state path) ------------------------------
+
+    def snapshot_progress(self) -> SnapshotProgress | None:
+        """The snapshot being downloaded, when one is under way (it outlives a reload)."""
+        raw = self._meta("snapshot")
+        return None if raw is None else SnapshotProgress(**json.loads(raw))
+
+    async def apply_snapshot_page(self, page: StateResponse, first: bool) -> SnapshotProgress | None:
+        """Take one page of ``GET /sync/state`` in one durable transaction: its rows go into the
+        confirmed tables (the first page empties them: replace, never merge) and into the shown
+        ones, with the pending overlay put back on top, so what arrived can be shown at once.
+        Until the last page the cursor does not move and ``snapshot_progress`` says where the
+        download is (``page.up_to_seq`` and the next page), so that an interrupted snapshot is
+        resumed or started over, never taken for complete. The last page moves the cursor to
+        ``up_to_seq`` and makes the shown state exactly confirmed + overlay. Returns the
+        progress, or None when the snapshot is complete."""
+        before = self.snapshot_progress()
+        with self._transaction(defer_index=True) as conn:
+            if first:
+                # The shown tables hold only what the overlay made (a new device): each page's
+                # rows can simply be added. Otherwise (a resync, a snapshot started over) rows
+                # that are no longer the server's go when the last page has come.
+                fresh = before is None and self.last_seq() == 0 and not self._has_confirmed(conn)
+                for table in (CHATS, MESSAGES):
+                    conn.execute(f"DELETE FROM {CONFIRMED.name(table)}")
+                progress = SnapshotProgress(page.up_to_seq, page.next_page, 0, page.total, fresh)
+            else:
+                assert before is not None and before.up_to_seq == page.up_to_seq
+                progress = before
+            chats, messages = page.snapshot.chats, page.snapshot.messages
+            for table, rows in ((CHATS, chats), (MESSAGES, messages)):
+                if not rows:
+                    continue
+                cols = table.column_names
+                values = [tuple([getattr(row, c) for c in cols]) for row in rows]
+                marks = ", ".join("?" for _ in cols)
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})", values
+                )
+                self._show_rows(conn, table, values)
+            if self._pending_ids(conn):
+                for pending in self._pending_events(conn):
+                    self._run(conn, SHOWN, pending)
+            done = progress.done + len(chats) + len(messages)
+            if page.next_page is not None:
+                progress = SnapshotProgress(progress.up_to_seq, page.next_page, done, progress.total, progress.fresh)
+                self._set_meta(conn, "snapshot", json.dumps(progress.__dict__))
+            else:
+                conn.execute("DELETE FROM meta WHERE key = 'snapshot'")
+                self._set_meta(conn, "last_seq", str(page.up_to_seq))
+                self._set_meta(conn, "synced_at", self._now())
+                if self._drop_logged(conn) or not progress.fresh:
+                    self._rebuild_shown(conn)
+        await self._durable()
+        return progress if page.next_page is not None else None
+
+    @staticmethod
+    def _has_confirmed(conn: sqlite3.Connection) -> bool:
+        return any(
+            conn.execute(f"SELECT 1 FROM {CONFIRMED.name(t)} LIMIT 1").fetchone() is not None for t in (CHATS, MESSAGES)
+        )
+
+    @staticmethod
+    def _pending_ids(conn: sqlite3.Connection) -> bool:
+        return conn.execute("SELECT 1 FROM pending_events LIMIT 1").fetchone() is not None
+
+    @staticmethod
+    def _show_rows(conn: sqlite3.Connection, table: Table, values: list[tuple[Any, ...]]) -> None:
+        """A snapshot's rows into a shown table; a row already shown as confirmed stays as it is
+        (and so does its search entry). Pages come newest first, so messages are given rowids
+        below every row's, counting down: rowids keep following the order rows were written in
+        (search takes the newest matches by rowid, see webapp/search.py)."""
+        cols = table.column_names
+        updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
+        if table is MESSAGES:
+            low = conn.execute("SELECT min(rowid) FROM messages").fetchone()[0]
+            start = min(int(low), 1) if low is not None else 1
+            values = [(start - 1 - i, *row) for i, row in enumerate(values)]
+            names, marks = "rowid, " + ", ".join(cols), ", ".join("?" for _ in range(len(cols) + 1))
+        else:
+            names, marks = ", ".join(cols), ", ".join("?" for _ in cols)
+        conn.executemany(
+            f"""INSERT INTO {table.name} ({names}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET {updates}
+                WHERE {table.name}.last_seq IS NOT excluded.last_seq""",
+            values,
+        )
+
+    async def index_search_backlog(self, limit: int = 2000) -> int:
+        """Index a slice of the messages a snapshot brought (newest first), in one durable
+        transaction; returns how many are still to do."""
+        with self._transaction() as conn:
+            left = fulltext.index_backlog(conn, limit)
+        await self._durable()
+        return left
+
+    def search_backlog(self) -> int:
+        """Messages not indexed for search yet (search reads them directly meanwhile)."""
+        return fulltext.backlog(self.conn)
 
     @staticmethod
     def _insert_rows(conn: sqlite3.Connection, name: str, table: Table, rows: list[dict[str, Any]]) -> None:

@@ -1,8 +1,17 @@
 """The client half of the sync protocol (seed spec 5.2 over PROTOCOL.md).
 
-Loop: pull the updates after our cursor (a 410 means a full resync: replace, never merge), push
-the outbox, then follow the live socket; on any failure wait with exponential backoff and jitter
-and start over. What the user sees as the connection state comes only from real responses.
+Loop: pull the updates after our cursor, push the outbox, then follow the live socket; on any
+failure wait with exponential backoff and jitter and start over. What the user sees as the
+connection state comes only from real responses.
+
+A device far behind takes the state path instead of replaying the log: a new device (never
+synced), one whose cursor expired (410: replace, never merge), or one more than ``FAR_BEHIND``
+events behind. It downloads ``GET /sync/state`` at one ``upToSeq`` page by page, each page one
+durable local transaction that is shown at once (``LocalStore.apply_snapshot_page``), then goes
+on from ``upToSeq`` with the log: the snapshot at N plus the events after N is the current
+state. Interrupted (a reload, the network), it resumes at the next page with the same
+``upToSeq``, or starts over when the server no longer has the events after it (410) or refuses
+the page token.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, Snapshot
-from webapp.store import LocalStore
+from webapp.store import LocalStore, SnapshotProgress
 from webapp.transport import (
     CursorExpiredError,
     LiveSocket,
@@ -25,6 +34,10 @@ from webapp.transport import (
 
 PAGE = 500
 PUSH_BATCH = 100
+STATE_PAGE = 1000  # rows per page of /sync/state (the server's most)
+# A cursor this many events behind the log's head syncs from a snapshot rather than the log.
+FAR_BEHIND = 5000
+SEARCH_SLICE = 2000  # messages a snapshot brought, indexed for search per transaction afterwards
 # The server pings every 25 s; a socket silent for longer than this is taken for dead.
 LIVE_SILENCE_SECONDS = 60.0
 
@@ -47,6 +60,7 @@ class SyncEngine:
         max_backoff: float = 10.0,
         on_delta: Callable[[DeltaFrame], None] = lambda frame: None,
         on_online: Callable[[], None] = lambda: None,
+        state_page: int = STATE_PAGE,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -60,7 +74,11 @@ class SyncEngine:
         self._retry_now = asyncio.Event()  # e.g. the browser says it is back online
         self._push_lock = asyncio.Lock()
         self._socket: LiveSocket | None = None
+        self._state_page = state_page
+        self._indexer: asyncio.Task[None] | None = None
         self.status = Status.CONNECTING
+        # While a snapshot downloads: (rows stored, rows in it), shown beside the status.
+        self.progress: tuple[int, int | None] | None = None
 
     def _set_status(self, status: Status) -> None:
         if status != self.status:
@@ -78,10 +96,13 @@ class SyncEngine:
     async def run(self) -> None:
         """Sync until signed out. Cancel the task to stop."""
         pusher = asyncio.ensure_future(self._push_loop())
+        self._index_later()
         try:
             await self._connection_loop()
         finally:
             pusher.cancel()
+            if self._indexer is not None:
+                self._indexer.cancel()
 
     async def _connection_loop(self) -> None:
         backoff = self._min_backoff
@@ -124,12 +145,20 @@ class SyncEngine:
                 self._set_status(Status.SIGNED_OUT)
 
     async def pull(self) -> None:
-        """Fetch every event after the cursor; a full resync when the cursor has expired."""
+        """Fetch every event after the cursor: through a snapshot when far behind (above), and
+        after a 410 (the cursor expired)."""
+        if self.store.snapshot_progress() is not None or self.store.synced_at() is None:
+            await self._snapshot(resume=True)
+        snapshot_taken = False
         while True:
             try:
                 page = await self.transport.updates(self.store.last_seq(), PAGE)
             except CursorExpiredError:
                 await self.resync()
+                continue
+            if page.has_more and not snapshot_taken and page.current_seq - self.store.last_seq() > FAR_BEHIND:
+                await self._snapshot(resume=False)
+                snapshot_taken = True  # (once: the log goes on from there, however much came meanwhile)
                 continue
             current = None if page.has_more else page.current_seq
             if await self.store.apply_remote(page.events, current):
@@ -139,17 +168,53 @@ class SyncEngine:
 
     async def resync(self) -> None:
         """Replace the confirmed state with a snapshot, then the pending overlay goes back on top."""
-        first = await self.transport.state(None, None)
-        up_to = first.up_to_seq
-        chats, messages = list(first.snapshot.chats), list(first.snapshot.messages)
-        page = first.next_page
-        while page is not None:
-            more = await self.transport.state(up_to, page)
-            chats += more.snapshot.chats
-            messages += more.snapshot.messages
-            page = more.next_page
-        await self.store.replace(Snapshot(chats=chats, messages=messages), up_to)
-        self._on_change()
+        await self._snapshot(resume=False)
+
+    async def _snapshot(self, resume: bool) -> None:
+        """Download a snapshot page by page (resuming the one under way when ``resume``)."""
+        progress: SnapshotProgress | None = self.store.snapshot_progress() if resume else None
+        resumed = progress is not None  # its page token comes from an earlier session
+        try:
+            while True:
+                if progress is None:
+                    page = await self.transport.state(None, None, self._state_page)
+                else:
+                    try:
+                        page = await self.transport.state(progress.up_to_seq, progress.next_page, self._state_page)
+                    except CursorExpiredError:  # the events after its upToSeq are gone: start over
+                        progress = None
+                        continue
+                    except ServerError:
+                        if not resumed:
+                            raise
+                        progress = None  # the server does not know an earlier session's token (upgraded)
+                        continue
+                    finally:
+                        resumed = False
+                progress = await self.store.apply_snapshot_page(page, first=progress is None)
+                if progress is not None:
+                    self._progress((progress.done, progress.total))
+                self._on_change()
+                if progress is None:
+                    break
+        finally:
+            self._progress(None)
+        self._index_later()
+
+    def _progress(self, progress: tuple[int, int | None] | None) -> None:
+        if progress != self.progress:
+            self.progress = progress
+            self._on_status(self.status)
+
+    def _index_later(self) -> None:
+        """Index for search what a snapshot brought, a slice at a time, in the background."""
+        if self._indexer is None or self._indexer.done():
+            if self.store.search_backlog():
+                self._indexer = asyncio.ensure_future(self._index_backlog())
+
+    async def _index_backlog(self) -> None:
+        while await self.store.index_search_backlog(SEARCH_SLICE):
+            await asyncio.sleep(0)
 
     async def push(self) -> None:
         """Send the outbox in order, in batches; idempotent by eventId, so resending is harmless."""

@@ -86,7 +86,8 @@ class Transport(Protocol):
     async def runs(self, chat_id: str) -> list[RunInfo]:
         """GET /runs: the server-side runs of a chat."""
 
-    async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse: ...
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        """GET /sync/state: one page of the snapshot at ``up_to_seq`` (None: now)."""
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse: ...
 

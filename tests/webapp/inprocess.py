@@ -116,6 +116,7 @@ class InProcessTransport:
         self.held: list[HeldCall] = []
         self.hold_frames = False
         self.held_frames: list[tuple[InProcessSocket, str]] = []
+        self.state_limit = 2  # the most rows asked for in a page of /sync/state
 
     async def go_offline(self) -> None:
         await self.set_offline(True)
@@ -181,8 +182,8 @@ class InProcessTransport:
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._call("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
 
-    async def state(self, up_to_seq: int | None, page: str | None) -> StateResponse:
-        query = "limit=2"  # small pages, so paging is exercised
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        query = f"limit={min(limit, self.state_limit)}"  # small pages, so paging is exercised
         if up_to_seq is not None:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:
