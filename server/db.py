@@ -1,8 +1,8 @@
 """The two database backends behind one small interface: a transaction that runs SQL.
 
 ``server/event_store.py`` holds every query; this module only knows how to open a transaction
-on SQLite (sqlite-anyio, one connection) or PostgreSQL (an asyncpg pool), and translates the
-drivers' errors into our own in one place. SQL is written with ``?`` placeholders; the
+on SQLite (the standard library's module, used from the event loop) or PostgreSQL (an asyncpg
+pool), and translates the drivers' errors into our own in one place. SQL is written with ``?`` placeholders; the
 PostgreSQL side numbers them (``$1, $2, ...``).
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import asyncpg
-import sqlite_anyio
 
 from shared.schema import Dialect
 
@@ -56,8 +55,9 @@ class Database(Protocol):
     async def close(self) -> None:
         """Safe to call twice."""
 
-    def transaction(self, write: bool = False) -> Any:
-        """``async with db.transaction(write=True) as tx: ...``; commits, or rolls back on error."""
+    def transaction(self, write: bool = False, slow: bool = False) -> Any:
+        """``async with db.transaction(write=True) as tx: ...``; commits, or rolls back on error.
+        ``slow``: this transaction may take long (compaction); SQLite runs it in a thread."""
 
     async def read_one(self, sql: str, *params: Any) -> Row | None:
         """One single-statement read, with no transaction around it (the cheapest round trip)."""
@@ -73,75 +73,175 @@ def open_database(url: str) -> Database:
 
 # --- SQLite -------------------------------------------------------------------------------------
 
+# Idle read connections kept open (more are opened while more read transactions are in flight).
+IDLE_READERS = 4
+# How long a transaction waits for another process's write lock (a CLI command, say).
+BUSY_TIMEOUT_MS = 5000
+
 
 class _SqliteTx:
-    def __init__(self, conn: sqlite_anyio.Connection) -> None:
+    """Statements run at once on the caller's thread, the event loop's. A statement of ours here
+    takes microseconds (point reads and writes by key, pages of at most a thousand rows); handing
+    each to a worker thread cost ten times that in thread switches and, while the loop was busy,
+    up to a GIL switch interval (5 ms) before the loop took the result back."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
     async def execute(self, sql: str, *params: Any) -> None:
-        await self._conn.execute(sql, params)
+        self._conn.execute(sql, params)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        cursor = await self._conn.cursor()
-        await cursor.executemany(sql, rows)
+        self._conn.executemany(sql, rows)
 
     async def fetchone(self, sql: str, *params: Any) -> Row | None:
-        cursor = await self._conn.execute(sql, params)
-        return await cursor.fetchone()
+        row: Row | None = self._conn.execute(sql, params).fetchone()
+        return row
 
     async def fetchall(self, sql: str, *params: Any) -> list[Row]:
-        cursor = await self._conn.execute(sql, params)
-        return await cursor.fetchall()
+        return self._conn.execute(sql, params).fetchall()
+
+
+class _SqliteThreadTx(_SqliteTx):
+    """The same in a worker thread, for the transactions that may take long (``slow=True``:
+    compaction), which would hold up every request meanwhile if they ran on the loop."""
+
+    async def execute(self, sql: str, *params: Any) -> None:
+        await asyncio.to_thread(self._conn.execute, sql, params)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await asyncio.to_thread(self._conn.executemany, sql, rows)
+
+    async def fetchone(self, sql: str, *params: Any) -> Row | None:
+        row: Row | None = await asyncio.to_thread(lambda: self._conn.execute(sql, params).fetchone())
+        return row
+
+    async def fetchall(self, sql: str, *params: Any) -> list[Row]:
+        rows: list[Row] = await asyncio.to_thread(lambda: self._conn.execute(sql, params).fetchall())
+        return rows
 
 
 class SqliteDatabase:
-    """One connection in WAL mode; an asyncio lock makes each transaction exclusive, so appends
-    are serialized (SQLite has one writer anyway) and commit order is seq order."""
+    """SQLite in WAL mode (synchronous=NORMAL: a commit survives the process crashing; the WAL is
+    synced at checkpoints), used from the event loop itself (see ``_SqliteTx``).
+
+    Writes: one connection, and an asyncio lock that makes each write transaction exclusive, so
+    appends are serialized (SQLite has one writer anyway) and commit order is seq order; the
+    appender groups concurrent appends into one transaction. A write transaction never blocks
+    the loop waiting for another process's write lock: when that is taken, the wait for it goes
+    to a worker thread.
+
+    Reads: connections of their own (idle ones are kept), each read transaction one WAL snapshot:
+    a read never waits for the writer's lock or for a write transaction in flight, and sees
+    only committed transactions. (``:memory:`` is one database per connection: there reads use
+    the writer's connection, under its lock.)"""
 
     dialect: Dialect = "sqlite"
 
     def __init__(self, path: str) -> None:
         self._path = path
-        self._conn: sqlite_anyio.Connection | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._readers: list[sqlite3.Connection] = []  # idle
         self._lock = asyncio.Lock()
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN and COMMIT ourselves. check_same_thread=False:
+        # a slow transaction runs its statements in a worker thread.
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, cached_statements=512)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        return conn
 
     async def open(self) -> None:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = await sqlite_anyio.connect(self._path)
+            conn = self._connect(0)
+            conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as e:
             raise DatabaseUnavailable(f"cannot open {self._path}: {e}") from e
-        conn._real_connection.isolation_level = None  # we issue BEGIN/COMMIT ourselves
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000"):
-            await conn.execute(f"PRAGMA {pragma}")
-        self._conn = conn
+        self._writer = conn
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        writer, self._writer = self._writer, None
+        readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
+        if writer is not None:
+            async with self._lock:  # (a transaction in flight ends first)
+                writer.close()
+
+    async def _begin_write(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # (the writer's busy timeout is 0: this never waits)
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            await asyncio.to_thread(self._wait_to_begin, conn)
+
+    @staticmethod
+    def _wait_to_begin(conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.execute("PRAGMA busy_timeout=0")
 
     @asynccontextmanager
-    async def transaction(self, write: bool = False) -> AsyncIterator[Tx]:
-        if self._conn is None:
+    async def transaction(self, write: bool = False, slow: bool = False) -> AsyncIterator[Tx]:
+        if self._writer is None:
             raise DatabaseUnavailable("the database is not open")
-        conn = self._conn
-        async with self._lock:
-            await conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield _SqliteTx(conn)
-            except sqlite3.IntegrityError as e:
-                await conn.rollback()
-                raise UniqueViolation(str(e)) from e
-            except BaseException:
-                await conn.rollback()
-                raise
-            await conn.commit()
+        if write or self._path == ":memory:":
+            async with self._lock:
+                conn = self._writer
+                if conn is None:
+                    raise DatabaseUnavailable("the database is not open")
+                if write:
+                    await self._begin_write(conn)
+                else:
+                    conn.execute("BEGIN")
+                async with self._statements(conn, slow) as tx:
+                    yield tx
+            return
+        conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
+        try:
+            conn.execute("BEGIN")
+            async with self._statements(conn, slow) as tx:
+                yield tx
+        finally:
+            if self._writer is not None and len(self._readers) < IDLE_READERS:
+                self._readers.append(conn)
+            else:
+                conn.close()
+
+    @asynccontextmanager
+    async def _statements(self, conn: sqlite3.Connection, slow: bool) -> AsyncIterator[Tx]:
+        """The body of a begun transaction: commits, or rolls back on error."""
+        try:
+            yield _SqliteThreadTx(conn) if slow else _SqliteTx(conn)
+        except sqlite3.IntegrityError as e:
+            conn.rollback()
+            raise UniqueViolation(str(e)) from e
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
 
     async def read_one(self, sql: str, *params: Any) -> Row | None:
-        async with self.transaction() as tx:
-            return await tx.fetchone(sql, *params)
+        if self._path == ":memory:":
+            async with self.transaction() as tx:
+                return await tx.fetchone(sql, *params)
+        if self._writer is None:
+            raise DatabaseUnavailable("the database is not open")
+        conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
+        try:
+            row: Row | None = conn.execute(sql, params).fetchone()  # (one statement: its own snapshot)
+            return row
+        finally:
+            if len(self._readers) < IDLE_READERS:
+                self._readers.append(conn)
+            else:
+                conn.close()
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
@@ -207,7 +307,7 @@ class PostgresDatabase:
             await pool.close()
 
     @asynccontextmanager
-    async def transaction(self, write: bool = False) -> AsyncIterator[Tx]:
+    async def transaction(self, write: bool = False, slow: bool = False) -> AsyncIterator[Tx]:
         if self._pool is None:
             raise DatabaseUnavailable("the database is not open")
         async with self._pool.acquire() as conn:

@@ -251,7 +251,7 @@ class SqlEventStore:
         now = self._clock()
         grace_cutoff = format_time(now - timedelta(seconds=grace_seconds))
         retention_cutoff = format_time(now - timedelta(seconds=retention_seconds))
-        async with self.db.transaction(write=True) as tx:
+        async with self.db.transaction(write=True, slow=True) as tx:  # (a pass over the whole log)
             [(_, head, min_available)] = await lock_heads(tx, self.db.dialect, [account_id])
             before = await tx.fetchone("SELECT count(*) FROM events WHERE account_id = ?", account_id)
             # Window functions over the account's log, so the log needs no index beyond its key

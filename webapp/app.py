@@ -238,7 +238,7 @@ class Client:
             self._sync_task = None
 
     def _status(self, status: Status) -> None:
-        self.view.set_status(str(status), ui.STATUS_TEXT[status])
+        self.view.set_status(str(status), ui.status_text(status, self.engine.progress))
         account = self.store.account()
         if status is Status.SIGNED_OUT and account is not None and self._signin is None:
             # The chats stay on screen and writable (changes wait in the outbox), beside a sign-in.
