@@ -2,7 +2,7 @@
 
 Pyodide resolves ``loadPyodide({lockFileURL, packages})`` against this file and checks every
 wheel's sha256 (SRI), so the hashes are of the exact files in ``<vendor>/wheels``.
-Usage: python scripts/make_lock.py static/vendor
+Usage: python scripts/make_lock.py static/vendor static/vendor/pyodide/<version>/pyodide-lock.json
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def wheel_entry(path: Path) -> dict[str, object]:
     }
 
 
-def main(vendor: Path) -> None:
-    info = json.loads((vendor / "pyodide" / "pyodide-lock.json").read_text())["info"]
+def main(vendor: Path, pyodide_lock: Path) -> None:
+    info = json.loads(pyodide_lock.read_text())["info"]
     entries = [wheel_entry(p) for p in sorted((vendor / "wheels").glob("*.whl"))]
     names = {e["name"] for e in entries}
     for entry in entries:
@@ -60,4 +60,4 @@ def main(vendor: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.compression import Encoded
+from server.compression import Encoded
 from server.config import ROOT
 
 PYTHON_PACKAGES = ("shared", "webapp")
@@ -34,12 +35,20 @@ CONTENT_TYPES = {
     ".whl": "application/zip",
 }
 
-# Files the shell needs, beside the vendored Pyodide core, wheels and lock file.
+# Files the shell needs, beside the vendored Pyodide core, idiomorph, wheels and lock file.
 SHELL = (
     "index.html", "app.js", "storage.js", "view.js", "python-worker.js", "app.css", "manifest.webmanifest",
-    "icon.svg", "vendor/idiomorph/idiomorph.esm.js", "vendor/highlight.css",
+    "icon.svg", "vendor/highlight.css",
 )  # fmt: skip
-PYODIDE_CORE = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
+# Under vendor/pyodide/<version>/, as npm ships them; the standard library is set-up's trimmed
+# copy, vendor/python_stdlib.zip (loadPyodide's stdLibURL).
+PYODIDE_CORE = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm")
+STDLIB = "vendor/python_stdlib.zip"
+
+
+# Vendor files whose URL changes whenever their content does: Pyodide and idiomorph under their
+# pinned version, wheels named with theirs. Everything else keeps its URL across versions.
+VERSIONED = re.compile(r"vendor/(pyodide|idiomorph)/\d[^/]*/[^/]+|vendor/wheels/[^/]+\.whl")
 
 
 # Vendor files whose URL changes whenever their content does: Pyodide and idiomorph under their
@@ -56,14 +65,28 @@ def immutable(path: str) -> bool:
     return VERSIONED.fullmatch(path) is not None
 
 
+def immutable(path: str) -> bool:
+    """Whether the static file at ``path`` (under /static/) may be cached for good."""
+    return VERSIONED.fullmatch(path) is not None
+
+
+def versioned_dir(static_dir: Path, name: str) -> str:
+    """``vendor/<name>/<version>``: the one version set-up put there."""
+    found = sorted(p.name for p in (static_dir / "vendor" / name).glob("*") if p.is_dir())
+    if len(found) != 1:
+        raise SystemExit(f"static/vendor/{name} holds {found or 'nothing'}: run scripts/setup")
+    return f"vendor/{name}/{found[0]}"
+
+
 def python_bundle(root: Path = ROOT) -> bytes:
-    """A zip of the ``shared`` and ``webapp`` packages, unpacked by the bootstrap into Pyodide."""
+    """A zip of the ``shared`` and ``webapp`` packages, unpacked by the bootstrap into Pyodide.
+    Stored, not deflated: it goes out br/gzip compressed, one stream over all the files (smaller)."""
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as bundle:
         for package in PYTHON_PACKAGES:
             for path in sorted((root / package).rglob("*.py")):
                 info = zipfile.ZipInfo(str(path.relative_to(root)), date_time=(2020, 1, 1, 0, 0, 0))
-                bundle.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+                bundle.writestr(info, path.read_bytes(), zipfile.ZIP_STORED)
     return buffer.getvalue()
 
 
@@ -72,6 +95,7 @@ class Assets:
     static_dir: Path
     bundle: bytes
     bundle_etag: str
+    bundle_encoded: Encoded
     bundle_encoded: Encoded
     precache: tuple[str, ...]
     version: str
@@ -86,7 +110,12 @@ class Assets:
             )
         lock = json.loads(lock_path.read_text())
         wheels = [f"vendor/{p['file_name']}" for p in lock["packages"].values()]
-        files = [*SHELL, *(f"vendor/pyodide/{f}" for f in PYODIDE_CORE), "vendor/app-lock.json", *wheels]
+        pyodide = versioned_dir(static_dir, "pyodide")
+        idiomorph = versioned_dir(static_dir, "idiomorph")
+        files = [
+            *SHELL, f"{idiomorph}/idiomorph.esm.js", *(f"{pyodide}/{f}" for f in PYODIDE_CORE), STDLIB,
+            "vendor/app-lock.json", *wheels,
+        ]  # fmt: skip
         bundle = python_bundle()
         digest = hashlib.sha256(bundle)
         for name in files:
@@ -98,6 +127,7 @@ class Assets:
             static_dir=static_dir,
             bundle=bundle,
             bundle_etag=hashlib.sha256(bundle).hexdigest()[:32],
+            bundle_encoded=Encoded.of_bytes(bundle, hashlib.sha256(bundle).hexdigest()[:32]),
             bundle_encoded=Encoded.of_bytes(bundle, hashlib.sha256(bundle).hexdigest()[:32]),
             precache=tuple(urls),
             version=version,

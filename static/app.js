@@ -1,7 +1,7 @@
 // Bootstrap: service worker, Pyodide with our own lock file, the local database's files read
 // from IndexedDB (static/storage.js), then our Python (webapp.browser.main). Everything is served
 // from this origin; nothing from a CDN.
-import { loadPyodide } from "/static/vendor/pyodide/pyodide.mjs";
+import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 import * as storage from "/static/storage.js";
 import * as view from "/static/view.js";
 
@@ -12,21 +12,34 @@ const fail = (text, error) => {
   console.error(text, error);
 };
 
+// On a first visit the worker is registered once the app has started (body[data-ready]): its
+// precache then reads from the HTTP cache what the page has just downloaded, rather than
+// downloading everything a second time. A page the worker controls already registers at once
+// (its files come from the worker's cache; this checks for a new version).
 async function registerServiceWorker() {
   if (!("serviceWorker" in navigator)) return;
+  if (!navigator.serviceWorker.controller && document.body.dataset.ready !== "true") {
+    await new Promise((resolve) => {
+      const observer = new MutationObserver(() => {
+        if (document.body.dataset.ready !== "true") return;
+        observer.disconnect();
+        resolve();
+      });
+      observer.observe(document.body, { attributes: true, attributeFilter: ["data-ready"] });
+    });
+  }
   const registration = await navigator.serviceWorker.register("/sw.js", { scope: "/" });
   const offerUpdate = (worker) => {
     const banner = document.getElementById("update");
     banner.hidden = false;
     document.getElementById("update-now").onclick = () => worker.postMessage("skipWaiting");
   };
-  if (registration.waiting && navigator.serviceWorker.controller) offerUpdate(registration.waiting);
-  registration.addEventListener("updatefound", () => {
-    const worker = registration.installing;
-    worker?.addEventListener("statechange", () => {
-      if (worker.state === "installed" && navigator.serviceWorker.controller) offerUpdate(worker);
-    });
+  const watch = (worker) => worker?.addEventListener("statechange", () => {
+    if (worker.state === "installed" && navigator.serviceWorker.controller) offerUpdate(worker);
   });
+  if (registration.waiting && navigator.serviceWorker.controller) offerUpdate(registration.waiting);
+  watch(registration.installing); // (an update the browser began on its own, before this ran)
+  registration.addEventListener("updatefound", () => watch(registration.installing));
   let reloading = false;
   navigator.serviceWorker.addEventListener("controllerchange", () => {
     if (reloading || !window.chatUpdating) return;
@@ -288,7 +301,7 @@ async function boot() {
   const lock = await (await fetch(lockFileURL)).json();
   const packages = Object.keys(lock.packages);
   const [pyodide, bundle] = await Promise.all([
-    loadPyodide({ indexURL: "/static/vendor/pyodide/", lockFileURL, packages }),
+    loadPyodide({ indexURL: "/static/vendor/pyodide/314.0.7/", stdLibURL: "/static/vendor/python_stdlib.zip", lockFileURL, packages }),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()),
     becomeOwner(),
   ]);

@@ -2,12 +2,16 @@
 // ends can be stopped (the page terminates this worker) without freezing the page. It loads only
 // the standard library and our webapp/python_tool.py, from this origin (the service worker has
 // them for offline use).
-import { loadPyodide } from "/static/vendor/pyodide/pyodide.mjs";
+import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 
 const ready = (async () => {
   const [pyodide, bundle] = await Promise.all([
     // The same lock file as the page's (the service worker has it, and pyodide's own is not shipped).
-    loadPyodide({ indexURL: "/static/vendor/pyodide/", lockFileURL: new URL("/static/vendor/app-lock.json", location).href }),
+    loadPyodide({
+      indexURL: "/static/vendor/pyodide/314.0.7/",
+      stdLibURL: "/static/vendor/python_stdlib.zip", // (trimmed by set-up)
+      lockFileURL: new URL("/static/vendor/app-lock.json", location).href,
+    }),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()),
   ]);
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });

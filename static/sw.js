@@ -1,11 +1,15 @@
 // Service worker: precache everything the app needs to open with no network, versioned by the
 // server from the files' contents (server/assets.py fills in the two placeholders below).
+// The precache goes through the HTTP cache (no `cache: "reload"`): the page registers this worker
+// once it has started, so on a first visit the versioned vendor files are there already (immutable:
+// no request at all) and the others revalidate with a 304; every file crosses the wire once. A
+// file that changed is no-cache, so its revalidation brings the new one.
 const VERSION = "__VERSION__";
 const CACHE = `chat-${VERSION}`;
 const PRECACHE = __PRECACHE__;
 
 self.addEventListener("install", (event) => {
-  event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(PRECACHE.map((u) => new Request(u, { cache: "reload" })))));
+  event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(PRECACHE)));
   // No skipWaiting here: a running page keeps its version until the user reloads into the new one.
 });
 

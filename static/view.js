@@ -6,7 +6,7 @@
 // Scrolling like a chat: an open chat starts at its latest message; while the reader is at the
 // bottom, new messages and streaming text keep them there; once they scroll up nothing moves
 // (the first message in view stays where it is) and "Jump to latest" appears.
-import { Idiomorph } from "/static/vendor/idiomorph/idiomorph.esm.js";
+import { Idiomorph } from "/static/vendor/idiomorph/0.8.0/idiomorph.esm.js";
 
 const NEAR_BOTTOM = 24; // px: this close to the end still counts as reading the latest
 let follow = true;

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from quart.typing import TestClientProtocol as Client
 
-from server.assets import Assets
+from server.assets import Assets, versioned_dir
 from server.config import ROOT
+
+PYODIDE = versioned_dir(ROOT / "static", "pyodide")
 
 
 async def test_shell_and_vendored_assets_are_served_with_their_types(client: Client) -> None:
@@ -20,8 +22,8 @@ async def test_shell_and_vendored_assets_are_served_with_their_types(client: Cli
         "/": "text/html",
         "/static/app.js": "text/javascript",
         "/static/manifest.webmanifest": "application/manifest+json",
-        "/static/vendor/pyodide/pyodide.asm.wasm": "application/wasm",
-        "/static/vendor/pyodide/pyodide.mjs": "text/javascript",
+        f"/static/{PYODIDE}/pyodide.asm.wasm": "application/wasm",
+        f"/static/{PYODIDE}/pyodide.mjs": "text/javascript",
         "/static/vendor/app-lock.json": "application/json",
         "/py/app.zip": "application/zip",
         "/sw.js": "text/javascript",
@@ -30,14 +32,13 @@ async def test_shell_and_vendored_assets_are_served_with_their_types(client: Cli
         response = await client.get(path)
         assert response.status_code == 200, path
         assert response.content_type.startswith(kind), (path, response.content_type)
-        assert response.headers["Cache-Control"] == "no-cache", path
+        versioned = path.startswith(f"/static/{PYODIDE}/")
+        assert response.headers["Cache-Control"] == ("public, max-age=31536000, immutable" if versioned else "no-cache"), path
 
 
 async def test_wasm_revalidates_with_304(client: Client) -> None:
-    first = await client.get("/static/vendor/pyodide/pyodide.asm.wasm")
-    again = await client.get(
-        "/static/vendor/pyodide/pyodide.asm.wasm", headers={"If-None-Match": first.headers["ETag"]}
-    )
+    first = await client.get(f"/static/{PYODIDE}/pyodide.asm.wasm")
+    again = await client.get(f"/static/{PYODIDE}/pyodide.asm.wasm", headers={"If-None-Match": first.headers["ETag"]})
     assert again.status_code == 304
 
 
@@ -66,7 +67,7 @@ async def test_the_service_worker_precaches_everything_under_one_version(client:
     precache = json.loads(re.search(r"const PRECACHE = (\[.*\]);", source).group(1))  # type: ignore[union-attr]
     assert version is not None
     assert "/" in precache and "/py/app.zip" in precache
-    assert "/static/vendor/pyodide/pyodide.asm.wasm" in precache
+    assert f"/static/{PYODIDE}/pyodide.asm.wasm" in precache
     for url in precache:
         assert (await client.get(url)).status_code == 200, url
         assert url.startswith("/"), "everything comes from our own origin"

@@ -4,8 +4,11 @@
 import { readFileSync, readdirSync } from "node:fs";
 
 const [vendor, bundlePath, scriptPath] = process.argv.slice(2);
-const { loadPyodide } = await import(`${vendor}/pyodide/pyodide.mjs`);
-const pyodide = await loadPyodide({ indexURL: `${vendor}/pyodide/`, stdout: () => {}, stderr: console.error });
+const core = `${vendor}/pyodide/${readdirSync(`${vendor}/pyodide`)[0]}`; // (the one pinned version)
+const { loadPyodide } = await import(`${core}/pyodide.mjs`);
+const pyodide = await loadPyodide({
+  indexURL: `${core}/`, stdLibURL: `${vendor}/python_stdlib.zip`, stdout: () => {}, stderr: console.error,
+});
 const wheels = readdirSync(`${vendor}/wheels`).map((f) => `${vendor}/wheels/${f}`);
 await pyodide.loadPackage(wheels, { messageCallback: () => {} });
 pyodide.unpackArchive(new Uint8Array(readFileSync(bundlePath)), "zip", { extractDir: "/home/pyodide" });
