@@ -29,6 +29,14 @@ STATUS_TEXT = {
 }
 
 
+def status_text(status: Status, progress: tuple[int, int | None] | None = None) -> str:
+    """The connection state in words; while a snapshot downloads, how far it is."""
+    if progress is None:
+        return STATUS_TEXT[status]
+    done, total = progress
+    return f"Syncing… {done:,} of {max(total, done):,}" if total is not None else f"Syncing… {done:,}"
+
+
 def auth_form(error: str | None = None, note: str | None = None) -> str:
     message = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
     if note:
