@@ -160,7 +160,9 @@ def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[
 def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
     """``(a, b) IN <the pairs>`` and its parameters. PostgreSQL gets two arrays, so the statement
     text is the same whatever the count (asyncpg prepares each distinct text once); SQLite gets
-    a VALUES list (the row-value form it accepts), or a false condition when there are none."""
+    ``a = ? AND b IN (...)`` for each first value, joined by OR (it searches the key's index for
+    each; a row value IN a VALUES list scanned the whole table), or a false condition when there
+    are none."""
     if dialect == "postgres":
         return f"({columns}) IN (SELECT * FROM unnest(?::text[], ?::text[]))", [
             [a for a, _ in pairs],
@@ -168,8 +170,12 @@ def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> t
         ]
     if not pairs:
         return "1 = 0", []
-    sql = f"({columns}) IN (VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")"
-    return sql, [v for pair in pairs for v in pair]
+    first, second = columns.split(", ")
+    by_first: dict[str, list[str]] = {}
+    for a, b in pairs:
+        by_first.setdefault(a, []).append(b)
+    terms = [f"({first} = ? AND {second} IN ({', '.join('?' for _ in bs)}))" for bs in by_first.values()]
+    return "(" + " OR ".join(terms) + ")", [v for a, bs in by_first.items() for v in (a, *bs)]
 
 
 def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Any]]:
