@@ -378,7 +378,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         assert after is not None and limit is not None
         updates = await store.read_updates(session.account_id, after, limit)
         await store.record_cursor(session.account_id, session.device_id, after)
-        return compressed_json(
+        return await compressed_json(
             request.headers,
             UpdatesResponse(
                 events=updates.events, has_more=updates.has_more, current_seq=updates.current_seq
@@ -398,7 +398,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             )
         except InvalidPage as e:
             raise ApiError(400, "bad_request", str(e)) from None
-        return compressed_json(
+        return await compressed_json(
             request.headers,
             StateResponse(
                 snapshot=page.snapshot,

@@ -9,7 +9,7 @@ const { loadPyodide } = await import(`${core}/pyodide.mjs`);
 const pyodide = await loadPyodide({
   indexURL: `${core}/`, stdLibURL: `${vendor}/python_stdlib.zip`, stdout: () => {}, stderr: console.error,
 });
-const wheels = readdirSync(`${vendor}/wheels`).map((f) => `${vendor}/wheels/${f}`);
+const wheels = readdirSync(`${vendor}/wheels`).filter((f) => f.endsWith(".whl")).map((f) => `${vendor}/wheels/${f}`);
 await pyodide.loadPackage(wheels, { messageCallback: () => {} });
 pyodide.unpackArchive(new Uint8Array(readFileSync(bundlePath)), "zip", { extractDir: "/home/pyodide" });
 await pyodide.runPythonAsync(readFileSync(scriptPath, "utf8"));
