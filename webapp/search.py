@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
 
@@ -30,6 +32,11 @@ PREFIX_FROM = 2  # the last word typed matches as a prefix once it has this many
 SNIPPET_BEFORE, SNIPPET_LENGTH = 50, 180  # characters of a message shown from before its first match
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TOKEN = re.compile(r"(?:[^\W_]|[\u0300-\u036f])+", re.UNICODE)  # a token of unicode61 (near enough)
+
+
+INSERT_TRIGGER = """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts_changed SELECT new.rowid, 0, NULL
+    WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = new.rowid); END"""
 
 
 def create_index(conn: sqlite3.Connection) -> None:
@@ -60,11 +67,7 @@ def create_index(conn: sqlite3.Connection) -> None:
     # statement, as a trigger on each row would make, costs 8 times as much as one statement
     # for them all (measured: 50,000 rows, 3.5 s against 0.5 s).
     conn.execute("CREATE TABLE messages_fts_changed (id INTEGER PRIMARY KEY, indexed INTEGER NOT NULL, content TEXT)")
-    conn.execute(
-        """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-            INSERT INTO messages_fts_changed SELECT new.rowid, 0, NULL
-            WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = new.rowid); END"""
-    )
+    conn.execute(INSERT_TRIGGER)
     conn.execute(
         """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
             INSERT INTO messages_fts_changed SELECT old.rowid, 1, old.content
@@ -112,6 +115,20 @@ def flush(conn: sqlite3.Connection, defer: bool = False) -> None:
         )
         conn.execute("DELETE FROM messages_fts_backlog WHERE id IN (SELECT id FROM messages_fts_changed)")
     conn.execute("DELETE FROM messages_fts_changed")
+
+
+@contextmanager
+def bulk_insert(conn: sqlite3.Connection, low: int, high: int) -> Iterator[None]:
+    """Messages inserted in the block, with rowids from ``low`` to ``high``, go to the backlog
+    together, after it, rather than one by one through the insert trigger: a trigger, even an
+    empty one, costs more than the insert itself (measured: 20,000 rows, 0.35 s without one,
+    1.4 s with it). Inside a transaction, which the trigger's absence never outlives."""
+    conn.execute("DROP TRIGGER messages_fts_insert")
+    try:
+        yield
+    finally:
+        conn.execute(INSERT_TRIGGER)
+    conn.execute("INSERT OR IGNORE INTO messages_fts_backlog SELECT rowid FROM messages WHERE rowid BETWEEN ? AND ?", (low, high))
 
 
 def index_backlog(conn: sqlite3.Connection, limit: int) -> int:

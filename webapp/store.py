@@ -78,6 +78,7 @@ class FilePersistence:
 # The -wal file is checkpointed into the database file once it is this large: the bigger, the
 # fewer checkpoints, and the more pages each one rewrites.
 CHECKPOINT_WAL_BYTES = 512 * 1024
+SNAPSHOT_WAL_BYTES = 8 * 1024 * 1024  # the same between the pages of a snapshot (see apply_snapshot_page)
 
 
 def wal_pages(path: str) -> set[int]:
@@ -210,6 +211,17 @@ def _migration_7(conn: sqlite3.Connection) -> None:
     fulltext.create_backlog(conn)
 
 
+def _migration_8(conn: sqlite3.Connection) -> None:
+    """Indexes nothing here reads through (rows are found by id, a chat's messages by chat, in
+    order of time; the server's copy has them for its own reads): each only cost a write per
+    row (a snapshot's rows go in faster without them)."""
+    for index in (
+        "confirmed_chats_last_seq", "confirmed_messages_last_seq", "confirmed_messages_chat_id_created_at",
+        "chats_last_seq", "messages_last_seq", "messages_chat_id_last_seq",
+    ):  # fmt: skip
+        conn.execute(f"DROP INDEX IF EXISTS {index}")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -219,6 +231,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0005_branch_choices", _migration_5),
     ("0006_search", _migration_6),
     ("0007_search_backlog", _migration_7),
+    ("0008_confirmed_indexes", _migration_8),
 ]
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
@@ -306,9 +319,9 @@ class LocalStore:
         commits) and persist that."""
         await self._persistence.flush(self._checkpoint())
 
-    async def _durable(self) -> None:
+    async def _durable(self, wal_bytes: int = CHECKPOINT_WAL_BYTES) -> None:
         """Called after every write transaction: persist it, checkpointing when the -wal is big."""
-        big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > CHECKPOINT_WAL_BYTES
+        big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > wal_bytes
         await self._persistence.flush(self._checkpoint() if big else None)
 
     def _checkpoint(self) -> Checkpoint:
@@ -613,7 +626,9 @@ class LocalStore:
                 self._set_meta(conn, "synced_at", self._now())
                 if self._drop_logged(conn) or not progress.fresh:
                     self._rebuild_shown(conn)
-        await self._durable()
+        # Between pages the -wal may grow further: a checkpoint rewrites the pages it holds once,
+        # however often they changed (the last page checkpoints as every write does).
+        await self._durable(CHECKPOINT_WAL_BYTES if page.next_page is None else SNAPSHOT_WAL_BYTES)
         return progress if page.next_page is not None else None
 
     @staticmethod
@@ -634,18 +649,26 @@ class LocalStore:
         (search takes the newest matches by rowid, see webapp/search.py)."""
         cols = table.column_names
         updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
-        if table is MESSAGES:
-            low = conn.execute("SELECT min(rowid) FROM messages").fetchone()[0]
-            start = min(int(low), 1) if low is not None else 1
-            values = [(start - 1 - i, *row) for i, row in enumerate(values)]
-            names, marks = "rowid, " + ", ".join(cols), ", ".join("?" for _ in range(len(cols) + 1))
-        else:
-            names, marks = ", ".join(cols), ", ".join("?" for _ in cols)
-        conn.executemany(
-            f"""INSERT INTO {table.name} ({names}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET {updates}
-                WHERE {table.name}.last_seq IS NOT excluded.last_seq""",
-            values,
-        )
+        if table is not MESSAGES:
+            marks = ", ".join("?" for _ in cols)
+            conn.executemany(
+                f"""INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE
+                    SET {updates} WHERE {table.name}.last_seq IS NOT excluded.last_seq""",
+                values,
+            )
+            return
+        low = conn.execute("SELECT min(rowid) FROM messages").fetchone()[0]
+        start = min(int(low), 1) if low is not None else 1
+        numbered = [(start - 1 - i, *row) for i, row in enumerate(values)]
+        marks = ", ".join("?" for _ in range(len(cols) + 1))
+        # New rows go to the search index's backlog in one statement (a row already there keeps
+        # its rowid, and its update trigger notes a change of its text).
+        with fulltext.bulk_insert(conn, start - len(values), start - 1):
+            conn.executemany(
+                f"""INSERT INTO messages (rowid, {', '.join(cols)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE
+                    SET {updates} WHERE messages.last_seq IS NOT excluded.last_seq""",
+                numbered,
+            )
 
     async def index_search_backlog(self, limit: int = 2000) -> int:
         """Index a slice of the messages a snapshot brought (newest first), in one durable
