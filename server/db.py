@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +21,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from shared.schema import Dialect
+
+log = logging.getLogger(__name__)
 
 
 class DatabaseError(Exception):
@@ -77,6 +80,9 @@ def open_database(url: str) -> Database:
 IDLE_READERS = 4
 # How long a transaction waits for another process's write lock (a CLI command, say).
 BUSY_TIMEOUT_MS = 5000
+# The most often the WAL is copied into the database file (a checkpoint), while there are writes.
+CHECKPOINT_SECONDS = 1.0
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 class _SqliteTx:
@@ -121,9 +127,18 @@ class _SqliteThreadTx(_SqliteTx):
         return rows
 
 
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
 class SqliteDatabase:
     """SQLite in WAL mode (synchronous=NORMAL: a commit survives the process crashing; the WAL is
     synced at checkpoints), used from the event loop itself (see ``_SqliteTx``).
+
+    Checkpoints: the one connection that writes does not checkpoint (SQLite's automatic
+    checkpoint runs in the commit that fills 1,000 pages, and its two fsyncs held the loop for up
+    to 50 ms); after a commit, at most every ``CHECKPOINT_SECONDS``, a connection of its own
+    checkpoints in a worker thread, beside the reads and the writes (PASSIVE: it waits for none).
 
     Writes: one connection, and an asyncio lock that makes each write transaction exclusive, so
     appends are serialized (SQLite has one writer anyway) and commit order is seq order; the
@@ -143,6 +158,11 @@ class SqliteDatabase:
         self._writer: sqlite3.Connection | None = None
         self._readers: list[sqlite3.Connection] = []  # idle
         self._lock = asyncio.Lock()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint: asyncio.Future[None] | None = None  # the one running
+        self._checkpoint_timer: asyncio.TimerHandle | None = None  # the next one, when due
+        self._checkpoint_again = False  # a commit came while one ran: another after it
+        self._checkpoint_began = 0.0
 
     def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN and COMMIT ourselves. check_same_thread=False:
@@ -158,6 +178,10 @@ class SqliteDatabase:
         try:
             conn = self._connect(0)
             conn.execute("PRAGMA journal_mode=WAL")
+            if self._path != ":memory:":
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+                conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # (a WAL started again is cut to this)
+                self._checkpointer = self._connect(BUSY_TIMEOUT_MS)
         except sqlite3.Error as e:
             raise DatabaseUnavailable(f"cannot open {self._path}: {e}") from e
         self._writer = conn
@@ -167,9 +191,59 @@ class SqliteDatabase:
         readers, self._readers = self._readers, []
         for conn in readers:
             conn.close()
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
+            self._checkpoint_timer = None
+        if self._checkpoint is not None:
+            await asyncio.wait([self._checkpoint])  # (its failure is logged)
+        if checkpointer is not None:
+            checkpointer.close()
         if writer is not None:
             async with self._lock:  # (a transaction in flight ends first)
-                writer.close()
+                writer.close()  # (the last connection to close checkpoints what is left)
+
+    def _committed(self) -> None:
+        """After a write commit: a checkpoint takes it to the database file, at once or when
+        ``CHECKPOINT_SECONDS`` have passed since the last one began."""
+        if self._checkpointer is None or self._checkpoint_timer is not None:
+            return  # (the one due takes this commit too)
+        if self._checkpoint is not None:
+            self._checkpoint_again = True  # (the one running may have begun before this commit)
+            return
+        self._schedule_checkpoint()
+
+    def _schedule_checkpoint(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, self._checkpoint_began + CHECKPOINT_SECONDS - loop.time())
+        self._checkpoint_timer = loop.call_later(delay, self._start_checkpoint)
+
+    def _start_checkpoint(self) -> None:
+        self._checkpoint_timer = None
+        if self._checkpointer is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._checkpoint_began, self._checkpoint_again = loop.time(), False
+        self._checkpoint = asyncio.ensure_future(self._run_checkpoint(self._checkpointer))
+        self._checkpoint.add_done_callback(self._checkpointed)
+
+    async def _run_checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database file in two passes, both in a thread: the first while
+        writes go on (most of the copying), the second with writes held (what came meanwhile,
+        so the WAL is copied whole and the next write starts it again from its beginning; a
+        checkpoint that writes always overtake never finishes, and the WAL grows for ever)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, _checkpoint, conn)
+        async with self._lock:
+            if self._writer is not None:
+                await loop.run_in_executor(None, _checkpoint, conn)
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpoint = None
+        if not done.cancelled() and done.exception() is not None:  # (the next commit tries again)
+            log.warning("SQLite checkpoint failed: %s", done.exception())
+        if self._checkpoint_again and self._checkpointer is not None:
+            self._schedule_checkpoint()
 
     async def _begin_write(self, conn: sqlite3.Connection) -> None:
         try:
@@ -202,6 +276,8 @@ class SqliteDatabase:
                     conn.execute("BEGIN")
                 async with self._statements(conn, slow) as tx:
                     yield tx
+                if write:
+                    self._committed()
             return
         conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
         try:

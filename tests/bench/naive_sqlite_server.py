@@ -166,7 +166,7 @@ def main() -> None:
     config.bind = [f"127.0.0.1:{port}"]
     app = create_app(path)
     tune_garbage_collection()
-    asyncio.run(serve(app, config))  # type: ignore[arg-type]
+    asyncio.run(serve(app, config))
 
 
 if __name__ == "__main__":

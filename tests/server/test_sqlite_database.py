@@ -1,0 +1,116 @@
+"""The SQLite backend (server/db.py) runs its statements on the event loop: these are the promises
+that makes it keep. Reads never wait for the writer; a write waiting for another process's lock
+leaves the loop free; checkpoints happen (in a thread of their own); and the append's one read
+finds its rows through indexes, so its cost does not grow with the log."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+from pathlib import Path
+
+from server.appender import _prefetch_query, _Request
+from server.db import SqliteDatabase
+from shared.models import DomainEvent
+from tests.server.events import chat_created, event, message, new_id
+
+
+async def opened(path: Path) -> SqliteDatabase:
+    db = SqliteDatabase(str(path))
+    await db.open()
+    async with db.transaction(write=True) as tx:
+        await tx.execute("CREATE TABLE t (x INTEGER)")
+    return db
+
+
+async def test_a_read_does_not_wait_for_a_write_transaction_in_flight(tmp_path: Path) -> None:
+    db = await opened(tmp_path / "chat.db")
+    try:
+        async with db.transaction(write=True) as tx:
+            await tx.execute("INSERT INTO t VALUES (1)")
+            # (With reads behind the writer's lock, these would wait for this very transaction.)
+            assert await asyncio.wait_for(db.read_one("SELECT count(*) FROM t"), 5) == (0,)
+            async with asyncio.timeout(5):
+                async with db.transaction() as read:
+                    assert await read.fetchone("SELECT count(*) FROM t") == (0,)
+        assert await db.read_one("SELECT count(*) FROM t") == (1,)
+        async with db.transaction() as read:
+            assert await read.fetchall("SELECT x FROM t") == [(1,)]
+    finally:
+        await db.close()
+
+
+async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    db = await opened(path)
+    other = sqlite3.connect(path, isolation_level=None)  # as another process would: its own lock
+    try:
+        other.execute("BEGIN IMMEDIATE")
+
+        async def write() -> None:
+            async with db.transaction(write=True) as tx:
+                await tx.execute("INSERT INTO t VALUES (1)")
+
+        task = asyncio.ensure_future(write())
+        await asyncio.sleep(0.2)  # the loop runs meanwhile (a wait on it would hold it for 5 s, then fail)
+        assert not task.done()
+        assert await db.read_one("SELECT count(*) FROM t") == (0,)
+        other.execute("COMMIT")  # the other process lets go: the write goes through
+        await asyncio.wait_for(task, 5)
+        assert await db.read_one("SELECT count(*) FROM t") == (1,)
+    finally:
+        other.close()
+        await db.close()
+
+
+async def test_commits_reach_the_database_file_through_checkpoints(tmp_path: Path) -> None:
+    """The writer does not checkpoint (that would hold the loop): a thread does, after commits."""
+    path = tmp_path / "chat.db"
+    db = await opened(path)
+    try:
+        async with db.transaction(write=True) as tx:
+            await tx.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(100)])
+        rows = None
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            shutil.copyfile(path, tmp_path / "file-only.db")  # the database file without its WAL
+            alone = sqlite3.connect(tmp_path / "file-only.db")
+            try:
+                rows = alone.execute("SELECT count(*) FROM t").fetchone()
+            except sqlite3.OperationalError:  # no table t yet: its commit is still in the WAL only
+                rows = None
+            finally:
+                alone.close()
+            if rows == (100,):
+                break
+        assert rows == (100,)
+    finally:
+        await db.close()
+
+
+async def test_the_appends_read_searches_indexes_and_scans_no_table(tmp_path: Path) -> None:
+    db = await opened(tmp_path / "chat.db")
+    try:
+        from server.event_store import SqlEventStore
+        from tests.server.stores import Clock
+
+        store = SqlEventStore(db, Clock())
+        await store._migrate()
+        loop = asyncio.get_running_loop()
+        chat, question, reply = new_id(), new_id(), new_id()
+        run = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply, "assistantId": "fake"}
+        events = [chat_created(chat), message("MessageAppended", question, chat), event("AssistantRunRequested", run)]
+        group = [
+            _Request(account, "device", [DomainEvent.model_validate(e) for e in events], loop.create_future())
+            for account in (new_id(), new_id())
+        ]
+        query, params = _prefetch_query("sqlite", group)
+        async with db.transaction() as tx:
+            plan = [str(row[3]) for row in await tx.fetchall("EXPLAIN QUERY PLAN " + query, *params)]
+            assert await tx.fetchall(query, *params) == []
+        tables = [step for step in plan if step.startswith(("SCAN", "SEARCH")) and "CONSTANT ROW" not in step]
+        assert {step.split()[1] for step in tables} == {"event_ids", "messages", "chats", "runs"}, plan
+        assert all(step.startswith("SEARCH") for step in tables), plan
+    finally:
+        await db.close()
