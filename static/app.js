@@ -165,8 +165,13 @@ function runPython(code, seconds) {
   return result;
 }
 
-// Python's answer to an action, once it has done it (its effects durable where it writes).
+// Python's answer to an action, once it has done it (its effects durable where it writes). An
+// action taken before Python is ready (on the screen painted from the render cache) waits for it,
+// in order.
+let pythonStarted;
+const pythonReady = new Promise((resolve) => { pythonStarted = resolve; });
 async function dispatch(action, data) {
+  if (!globalThis.chatDispatch) await pythonReady;
   const pending = globalThis.chatDispatch?.(action, JSON.stringify(data));
   if (!pending) return;
   try {
@@ -254,10 +259,20 @@ function wireEvents() {
     const form = e.target.closest("form[data-action]");
     if (!form) return;
     e.preventDefault();
-    send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
+    const sent = send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
     // Cleared now, not after Python has saved it: what the user types next goes in a clean box
     // (the text only: the assistant chosen stays chosen). The message supersedes its draft.
-    if (form.hasAttribute("data-reset")) {
+    // Before Python is ready the text stays in the box until it has been sent.
+    if (form.hasAttribute("data-reset") && !globalThis.chatDispatch) {
+      const box = form.querySelector("textarea");
+      const text = box.value;
+      sent.then(() => {
+        if (box.value !== text) return;
+        draftsWanted.delete(box.dataset.chat);
+        box.value = "";
+        view.fitComposer(box);
+      });
+    } else if (form.hasAttribute("data-reset")) {
       form.querySelectorAll("textarea").forEach((box) => {
         draftsWanted.delete(box.dataset.chat);
         box.value = "";
@@ -301,15 +316,16 @@ async function boot() {
   const lock = await (await fetch(lockFileURL)).json();
   const packages = Object.keys(lock.packages);
   const [pyodide, bundle] = await Promise.all([
-    loadPyodide({ indexURL: "/static/vendor/pyodide/314.0.7/", stdLibURL: "/static/vendor/python_stdlib.zip", lockFileURL, packages }),
-    fetch("/py/app.zip").then((r) => r.arrayBuffer()),
-    becomeOwner(),
+    loadPyodide({ indexURL: "/static/vendor/pyodide/314.0.7/", stdLibURL: "/static/vendor/python_stdlib.zip", lockFileURL, packages }).then(step("pyodide")),
+    fetch("/py/app.zip").then((r) => r.arrayBuffer()).then(step("bundle")),
+    becomeOwner().then(step("owner")),
   ]);
   const missing = packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) throw new Error(`packages failed to load: ${missing.join(", ")}`);
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
   pyodide.FS.mkdirTree("/data");
   const stored = await underIoLock(() => storage.load(pyodide, "/data"));
+  step("database read")();
   globalThis.chatView = view;
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),
@@ -320,6 +336,14 @@ async function boot() {
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");
   storage.forgetLegacy(); // (main() stored everything as chunks)
   document.body.dataset.ready = "true";
+  step("interactive")();
+  pythonStarted();
 }
+
+// Start-up steps as performance marks ("chat:<name>"), which tests/bench/bench_browser.py reads.
+const step = (name) => (value) => {
+  performance.mark(`chat:${name}`);
+  return value;
+};
 
 boot().catch((e) => fail("The app could not start: reload to try again.", e));

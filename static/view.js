@@ -230,11 +230,94 @@ export function wire() {
   const resized = new ResizeObserver((entries) => {
     for (const entry of entries) if (follow) scrollTo(entry.target, entry.target.scrollHeight);
   });
-  new MutationObserver(() => {
+  const watch = () => {
     const element = scroller();
     if (element && !element.dataset.watched) {
       element.dataset.watched = "true";
       resized.observe(element);
     }
-  }).observe(byId("root"), { childList: true });
+  };
+  new MutationObserver(watch).observe(byId("root"), { childList: true });
+  watch(); // (a screen painted from the render cache is there already)
+  watchScreen();
+}
+
+// The render cache (static/paint.js paints it at the next start, before Python): the screen as
+// Python last drew it for `account`, saved in localStorage a moment after it stops changing and
+// whenever the page is hidden. `layout` names the layout Python drew (webapp/app.py takes the
+// painted DOM over only when it would draw the same one). remember(null) forgets every cache:
+// nothing is painted until an account has drawn its screen again.
+const RENDER_CURRENT = "chat-render-current";
+const RENDER = "chat-render:";
+const SAVE_AFTER_MS = 1000;
+let remembered = null; // {account, layout}
+let saveTimer = null;
+
+export function remember(account, layout) {
+  try {
+    for (const key of Object.keys(localStorage)) {
+      if (key.startsWith(RENDER) && key !== RENDER + account) localStorage.removeItem(key);
+    }
+    if (account) localStorage.setItem(RENDER_CURRENT, account);
+    else localStorage.removeItem(RENDER_CURRENT);
+  } catch {
+    return; // no storage: nothing is painted early, the app still works
+  }
+  remembered = account ? { account, layout } : null;
+  if (remembered) saveSoon();
+}
+
+function saveSoon() {
+  clearTimeout(saveTimer);
+  saveTimer = remembered ? setTimeout(saveScreen, SAVE_AFTER_MS) : null;
+}
+
+// What is on screen now, without what belongs to this moment only: a question asked in the
+// session banner or the chat's header, the drawer, a message being edited.
+export function saveScreen() {
+  clearTimeout(saveTimer);
+  const box = byId("composer-text");
+  if (!remembered || !box) return; // not the chats (a sign-in, or the chats are open in another tab)
+  const copy = byId("root").cloneNode(true);
+  copy.querySelector("#session")?.replaceChildren();
+  copy.querySelector("#scroller")?.removeAttribute("data-watched"); // (the next page watches it anew)
+  copy.querySelectorAll("#chat-head [role=alertdialog], #chat-head form").forEach((element) => element.remove());
+  const note = copy.querySelector("#composer-note");
+  note?.replaceChildren();
+  note?.setAttribute("hidden", "");
+  copy.querySelector("#assistant-choice")?.removeAttribute("hidden");
+  copy.querySelector("#jump")?.setAttribute("hidden", "");
+  const editing = !box.hasAttribute("data-draft");
+  copy.querySelector("#composer-text")?.setAttribute("data-draft", "");
+  const record = {
+    account: remembered.account,
+    layout: remembered.layout,
+    chat: box.dataset.chat,
+    text: editing ? "" : box.value,
+    html: copy.innerHTML,
+  };
+  try {
+    localStorage.setItem(RENDER + record.account, JSON.stringify(record));
+  } catch {
+    localStorage.removeItem(RENDER + record.account); // (over the quota: better none than a stale one)
+  }
+}
+
+// If the page shows the render cache of `account` drawn with `layout`, the id of the chat it shows
+// ("" for none), and the composer's text counts as set by the app (what is typed from now on is
+// the user's, kept by setComposer); otherwise undefined (None in Python: it draws the page anew).
+export function cached(account, layout) {
+  const painted = globalThis.chatPainted;
+  globalThis.chatPainted = null;
+  const box = byId("composer-text");
+  if (!painted || painted.account !== account || painted.layout !== layout || !box) return undefined;
+  composerSet = { box, chat: painted.chat, text: painted.text, editing: false };
+  return painted.chat;
+}
+
+function watchScreen() {
+  new MutationObserver(() => remembered && saveSoon())
+    .observe(byId("root"), { childList: true, subtree: true, characterData: true, attributes: true });
+  document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && saveScreen());
+  window.addEventListener("pagehide", saveScreen);
 }

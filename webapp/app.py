@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -73,6 +74,14 @@ class View(MessagesView, ChatsView, Protocol):
 
     def toggle_chats(self, open: bool | None = None) -> None:
         """On a narrow screen: open or close the chat list's drawer (None: the other way)."""
+
+    def remember(self, account_id: str | None, layout: str) -> None:
+        """Keep what is drawn from now on as this account's render cache, painted at the next
+        start before Python (static/paint.js); None forgets every account's cache."""
+
+    def cached(self, account_id: str, layout: str) -> str | None:
+        """The id of the chat the page shows ("" for none) when it shows this account's render
+        cache drawn with this layout (its DOM is then taken over as it is); else None."""
 
 
 class AuthApi(Protocol):
@@ -209,16 +218,22 @@ class Client:
         account = self.store.account()
         if account is None or self.store.signed_out():
             kept = f"Signed out. The chats of {account.username} are still on this device: sign in to get back to them." if account else None
+            self.view.remember(None, "")
             self.view.set_html("root", ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
             self._layout = False
             return
         device = self.device_model() or {}
-        self.view.set_html("root", ui.layout(account.username, device.get("url", ""), device.get("model", "")))
+        layout = ui.layout(account.username, device.get("url", ""), device.get("model", ""))
+        key = hashlib.sha1(layout.encode()).hexdigest()[:16]
+        shown = self.view.cached(account.user_id, key)  # painted before Python: taken over as it is
+        if shown is None:
+            self.view.set_html("root", layout)
+        self.view.remember(account.user_id, key)
         self._layout = True
         self.chats.reset()
         chats = self.store.chats()
-        self.selected = chats[0].id if chats else None
+        self.selected = shown if any(c.id == shown for c in chats) else chats[0].id if chats else None
         self.editing = None
         self._draw_assistants()
         self.redraw(chat_changed=True)
@@ -347,6 +362,8 @@ class Client:
         previous = self.store.account()
         resuming = self._layout
         self.stop()  # nothing of the old session goes out under the new one
+        if previous is None or previous.username != attempt.username:
+            self.view.remember(None, "")  # (before anything of another account is stored)
         try:
             session = await self.s.auth.signin(attempt.username, attempt.password, signup=attempt.signup)
         except AuthFailed as e:
@@ -375,6 +392,7 @@ class Client:
         """The session ends on the server (its token and cookie stop working); this device's copy
         is removed if asked, else kept for the next sign-in of the same user."""
         self.stop()
+        self.view.remember(None, "")
         note = None
         try:
             await self.s.auth.signout()

@@ -250,6 +250,13 @@ class DomView:
     def download(self, filename: str, mime: str, text: str) -> None:
         js.chatView.download(filename, mime, text)
 
+    def remember(self, account_id: str | None, layout: str) -> None:
+        js.chatView.remember(account_id, layout)
+
+    def cached(self, account_id: str, layout: str) -> str | None:
+        shown = js.chatView.cached(account_id, layout)
+        return None if shown is None else str(shown)
+
 
 def _next_frame(draw: Callable[[], None]) -> None:
     js.requestAnimationFrame(create_once_callable(lambda _time: draw()))
@@ -261,9 +268,11 @@ def _now() -> str:
 
 async def main() -> Client:
     """Open the local database and start the client; called by static/app.js."""
+    js.performance.mark("chat:imported")
     stored = json.loads(js.chatHost.stored)  # what IndexedDB held at start-up: {file name: size}
     store = LocalStore(DB_PATH, ChunkPersistence(DB_PATH, stored, _store_chunks))
     await store.open()
+    js.performance.mark("chat:database opened")
     new_id = Uuid7Generator(lambda: int(time.time() * 1000), os.urandom)
     client = Client(
         Services(
@@ -290,6 +299,7 @@ async def main() -> Client:
     js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())
     js.globalThis.chatStop = create_proxy(lambda *_: client.stop())  # another tab took over
     client.start()
+    js.performance.mark("chat:drawn")
     return client
 
 

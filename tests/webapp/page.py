@@ -72,6 +72,8 @@ class FakePage:
     revealed: str = ""  # the item a search result went to
     drawer: bool = False  # the chat list's drawer (narrow screens) is open
     downloads: list[tuple[str, str, str]] = field(default_factory=list)  # (filename, type, text)
+    remembered: tuple[str, str] | None = None  # whose screen the render cache keeps: (account, layout)
+    painted: tuple[str, str, str] | None = None  # the render cache painted at start: (account, layout, chat)
 
     # --- the View protocol -----------------------------------------------------------------------
 
@@ -140,6 +142,17 @@ class FakePage:
 
     def download(self, filename: str, mime: str, text: str) -> None:
         self.downloads.append((filename, mime, text))
+
+    def remember(self, account_id: str | None, layout: str) -> None:
+        self.remembered = None if account_id is None else (account_id, layout)
+
+    def cached(self, account_id: str, layout: str) -> str | None:
+        """As static/view.js: the painted screen is taken over once, if it is this account's and
+        this layout's."""
+        painted, self.painted = self.painted, None
+        if painted is None or painted[:2] != (account_id, layout):
+            return None
+        return painted[2]
 
     # --- for the tests ---------------------------------------------------------------------------
 
