@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, sync_playwright
 
 from tests.e2e.conftest import playwright_config
 from tests.e2e.pages import BOOT_TIMEOUT, open_app, sign, wait_for_service_worker
@@ -64,10 +64,14 @@ class _Requests:
 class _Responses:
     """The server's side of the same connection: each response's bytes, given to its request."""
 
-    def __init__(self, requests: _Requests, counts: collections.Counter[str], responses: collections.Counter[str]) -> None:
+    def __init__(
+        self, requests: _Requests, counts: collections.Counter[str], responses: collections.Counter[str],
+        downloads: collections.Counter[str],
+    ) -> None:
         self.requests = requests
         self.counts = counts
         self.responses = responses
+        self.downloads = downloads
         self.buffer = b""
         self.current: str | None = None  # the path of the response being received
         self.body_left = 0
@@ -95,6 +99,7 @@ class _Responses:
                 self.current = path
                 self.counts[path] += len(head)
                 self.responses[path] += 1
+                self.downloads[path] += status == 200
                 if status == 101:
                     self.websocket = f"{path} (WebSocket)"
                     self.counts[self.websocket] += len(self.buffer)
@@ -137,10 +142,12 @@ class CountingProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.received: collections.Counter[str] = collections.Counter()  # bytes by request path
         self.responses: collections.Counter[str] = collections.Counter()  # responses by request path
+        self.downloads: collections.Counter[str] = collections.Counter()  # of them, 200s (with the file)
         self.total_received = 0
         self.total_sent = 0
         self.connections = 0
         self.loop = asyncio.new_event_loop()
+        self.server: asyncio.Server | None = None
         self.started = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -150,19 +157,30 @@ class CountingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
+
+    async def _close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def reset(self) -> None:
         self.received.clear()
         self.responses.clear()
+        self.downloads.clear()
         self.total_received = self.total_sent = self.connections = 0
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            await asyncio.start_server(self._connection, "127.0.0.1", self.port)
+            self.server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
             self.started.set()
 
         self.loop.run_until_complete(start())
@@ -172,7 +190,7 @@ class CountingProxy:
         self.connections += 1
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         requests = _Requests()
-        responses = _Responses(requests, self.received, self.responses)
+        responses = _Responses(requests, self.received, self.responses, self.downloads)
 
         async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool) -> None:
             try:
@@ -185,7 +203,7 @@ class CountingProxy:
                         responses.feed(data)
                     writer.write(data)
                     await writer.drain()
-            except (ConnectionError, asyncio.CancelledError):
+            except ConnectionError:
                 pass
             finally:
                 writer.close()
@@ -193,40 +211,54 @@ class CountingProxy:
         await asyncio.gather(pump(client_reader, server_writer, True), pump(server_reader, client_writer, False))
 
 
-def measure(base_url: str) -> dict[str, Any]:
+def measure(base_url: str, browser: Browser | None = None) -> dict[str, Any]:
     """A first visit to the app at ``base_url`` (a server on 127.0.0.1) through a counting proxy:
-    ``{"total_bytes", "sent_bytes", "connections", "by_file": {path: bytes}, "responses": {path: n}}``."""
+    ``{"total_bytes", "sent_bytes", "connections", "by_file": {path: bytes}, "responses": {path: n},
+    "downloads": {path: how many of those were 200s}}``
+    (``browser``: a Chromium already running; otherwise one is launched for the visit)."""
     upstream_port = int(base_url.rsplit(":", 1)[1].strip("/"))
-    with CountingProxy(upstream_port) as proxy, sync_playwright() as p:
-        browser = p.chromium.launch(**playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
-        try:
-            context = browser.new_context(base_url=proxy.url)
-            page = context.new_page()
-            open_app(page)
-            sign(page, f"visit{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-            wait_for_service_worker(page)
-            page.wait_for_function(
-                "() => navigator.serviceWorker.ready.then((r) => r.active !== null && r.installing === null)",
-                timeout=BOOT_TIMEOUT,
-            )
-            page.wait_for_timeout(1000)  # anything still in flight lands in the count
-            context.close()
-        finally:
-            browser.close()
+    with CountingProxy(upstream_port) as proxy:
+        if browser is not None:
+            _visit(browser, proxy.url)
+        else:
+            with sync_playwright() as p:
+                launched = p.chromium.launch(**playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
+                try:
+                    _visit(launched, proxy.url)
+                finally:
+                    launched.close()
         return {
             "total_bytes": proxy.total_received,
             "sent_bytes": proxy.total_sent,
             "connections": proxy.connections,
             "by_file": dict(proxy.received.most_common()),
             "responses": dict(proxy.responses),
+            "downloads": dict(proxy.downloads),
         }
+
+
+def _visit(browser: Browser, url: str) -> None:
+    context = browser.new_context(base_url=url)
+    try:
+        page = context.new_page()
+        open_app(page)
+        sign(page, f"visit{uuid.uuid4().hex[:8]}", "a long password", signup=True)
+        wait_for_service_worker(page)
+        page.wait_for_function(
+            "() => navigator.serviceWorker.ready.then((r) => r.active !== null && r.installing === null)",
+            timeout=BOOT_TIMEOUT,
+        )
+        page.wait_for_timeout(1000)  # anything still in flight lands in the count
+    finally:
+        context.close()
 
 
 def report(result: dict[str, Any]) -> str:
     lines = [f"first visit: {result['total_bytes'] / 1e6:.2f} MB received ({result['sent_bytes'] / 1e3:.0f} kB sent, "
              f"{result['connections']} connections; target <= 8 MB)"]
     for path, size in result["by_file"].items():
-        lines.append(f"  {size / 1e3:10.1f} kB  {result['responses'].get(path, 0)}x  {path}")
+        responses, downloads = result["responses"].get(path, 0), result["downloads"].get(path, 0)
+        lines.append(f"  {size / 1e3:10.1f} kB  {responses} responses, {downloads} with the file  {path}")
     return "\n".join(lines)
 
 
