@@ -301,7 +301,6 @@ class Hub:
         """A delta frame at offset 0 with the whole text so far of each reply streaming now; the
         socket's waiting deltas of those replies are dropped (the texts hold them), so the next
         delta it gets of each follows its text exactly."""
-        subscription.resend = False
         streams = self.streaming(account_id)
         if streams and subscription.deltas:
             kept = [d for d in subscription.deltas if d[0] not in streams]
@@ -379,6 +378,7 @@ async def follow(
                     await deliver(json.dumps(CaughtUpFrame(seq=cursor).wire()))
                     mailbox.resend = True  # then what the replies streaming now have so far
             if mailbox.resend and caught_up:
+                mailbox.resend = False
                 for frame in hub.texts_so_far(account_id, mailbox):  # (composed at once, then sent)
                     await deliver(frame)
             while mailbox.deltas:

@@ -1,0 +1,217 @@
+"""An answer costs its size (issue 13), in-process on both backends: the log bytes of one answer
+(every event of its run, as /sync/updates returns them) stay within 3x its final text, long or
+short; a socket that joins mid-answer gets the text so far as one delta at offset 0 right after
+``caughtUp``, and every delta after it follows it exactly. Then the pure parts: the checkpoint
+plan under any pacing and text, and the hub's streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from quart import Quart
+from quart.typing import TestClientProtocol as Client
+
+from server.app import create_app
+from server.live import MAX_PENDING_DELTAS, Hub, SharedReads
+from server.runs import CHECKPOINT_RATIO, CheckpointPlan, escaped_size
+from shared.models import DeltaFrame
+from tests.fake_upstream import FakeUpstream
+from tests.server.conftest import bearer, signup
+from tests.server.test_runs import a_requested_run, run_settings, until_status
+
+# Words of an answer, with some of what JSON escapes: quotes, backslashes, non-ASCII.
+WORDS = 'the plan is "simple": we keep C:\\temp as it is, and the café opens at nine'.split()
+
+
+def answer_text(words: int) -> str:
+    """An answer of ``words`` words in lines of twelve (FakeUpstream streams it a word at a time)."""
+    text = ""
+    for i in range(words):
+        text += ("" if i == 0 else "\n" if i % 12 == 0 else " ") + WORDS[i % len(WORDS)]
+    return text
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    fake = FakeUpstream()
+    server = await fake.start()
+    yield fake
+    server.close()
+
+
+@pytest.fixture
+async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]:
+    app = create_app(run_settings(database_url, upstream))
+    async with app.test_app():
+        yield app
+
+
+def log_bytes(events: list[dict[str, Any]], run_id: str, message_id: str) -> tuple[int, int]:
+    """(bytes, events) of one answer's run in the log: its request, and every edit of its reply."""
+    mine = [
+        e for e in events
+        if (e["type"] == "AssistantRunRequested" and e["payload"]["runId"] == run_id)
+        or (e["type"] == "MessageEdited" and e["payload"]["id"] == message_id)
+    ]  # fmt: skip
+    return sum(len(json.dumps(e).encode()) for e in mine), len(mine)
+
+
+async def answer_and_its_log(client: Client, upstream: FakeUpstream, text: str) -> tuple[dict[str, Any], int, int]:
+    """Ask for an answer of this text; when it is done: (the reply, its log bytes, its events)."""
+    upstream.text = text
+    session = await signup(client)
+    chat, _, request = await a_requested_run(client, session)
+    run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
+    done = await until_status(client, session, chat, reply_id, "completed")
+    response = await client.get("/sync/updates?afterSeq=0&limit=1000", headers=bearer(session))
+    size, count = log_bytes((await response.get_json())["events"], run_id, reply_id)
+    return done, size, count
+
+
+async def test_the_log_of_a_long_answer_stays_within_3x_its_text(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    # 2,000 words as fast as they come, and no floor of time between checkpoints: the text's
+    # size alone spaces them (with one a second, as by default, there would be fewer still).
+    upstream.delay = 0
+    app.extensions["runs"].checkpoint_seconds = 0
+    text = answer_text(2000)
+    done, size, count = await answer_and_its_log(client, upstream, text)
+    assert done["content"] == text
+    assert size <= 3 * len(text.encode())
+    assert 5 <= count <= 20  # checkpoints along the way (about each time the text doubled), not per token
+
+
+async def test_the_log_of_a_short_answer_stays_within_3x_its_text(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    # 200 words (about 1 KB) for about 2 s: a checkpoint a second would cost 4x. (Under about 160
+    # words no answer can keep 3x: the three events every answer logs, its request, its start and
+    # its end, take about 1.5 KB beside the text.)
+    upstream.delay = 0.01
+    text = answer_text(200)
+    done, size, count = await answer_and_its_log(client, upstream, text)
+    assert done["content"] == text
+    assert size <= 3 * len(text.encode())
+
+
+async def test_a_socket_joining_mid_answer_gets_the_text_so_far_right_after_caught_up(
+    app: Quart, client: Client, upstream: FakeUpstream
+) -> None:
+    upstream.delay, upstream.text = 0.01, answer_text(600)  # about 6 s; the first checkpoint at ~3 s
+    session = await signup(client)
+    chat, _, request = await a_requested_run(client, session)
+    run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
+    await until_status(client, session, chat, reply_id, "streaming")
+    await asyncio.sleep(0.8)  # tokens have streamed; no checkpoint yet
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        logged = ""  # the reply's content as the log says
+        while (frame := json.loads(await asyncio.wait_for(ws.receive(), 5)))["type"] != "caughtUp":
+            if frame["type"] == "event" and frame["event"]["payload"].get("id") == reply_id:
+                logged = frame["event"]["payload"]["content"]
+        first = json.loads(await asyncio.wait_for(ws.receive(), 1))
+        assert first["type"] == "delta" and first["messageId"] == reply_id and first["runId"] == run_id
+        assert first["offset"] == 0 and len(first["text"]) > len(logged)  # more than the log has
+        assert upstream.text.startswith(first["text"])
+        # Every later delta of the reply follows what came before it exactly: no gap, no overlap.
+        text, final = first["text"], None
+        while final is None:
+            frame = json.loads(await asyncio.wait_for(ws.receive(), 5))
+            if frame["type"] == "delta":
+                assert frame["offset"] == len(text), (frame["offset"], len(text))
+                text += frame["text"]
+            elif frame["type"] == "event" and frame["event"]["payload"].get("status") == "completed":
+                final = frame["event"]["payload"]["content"]
+    assert text == final == upstream.text
+
+
+async def test_a_socket_joining_after_the_answer_gets_no_delta(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    session = await signup(client)
+    chat, _, request = await a_requested_run(client, session)
+    await until_status(client, session, chat, request["payload"]["messageId"], "completed")
+    await asyncio.sleep(0.1)  # (the run's end is published after its final event)
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        while json.loads(await asyncio.wait_for(ws.receive(), 5))["type"] != "caughtUp":
+            pass
+        assert json.loads(await asyncio.wait_for(ws.receive(), 3)) == {"type": "ping"}
+
+
+# --- the checkpoint plan, pure ------------------------------------------------------------------
+
+REQUEST, ENVELOPE = 504, 595  # the worker's estimates for a request and an edit with no text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pieces=st.lists(
+        st.tuples(st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), min_size=1, max_size=40),
+                  st.floats(0, 2)),
+        min_size=1, max_size=300,
+    ),
+    seconds=st.sampled_from([0.0, 0.5, 1.0]),
+)  # fmt: skip
+def test_the_plan_keeps_any_answer_within_its_ratio(pieces: list[tuple[str, float]], seconds: float) -> None:
+    """Whatever the text and its pace: what the answer logs (request, start, checkpoints, final)
+    is within 3x its text, or, for an answer too short to pay for its three fixed events, just
+    those."""
+    plan = CheckpointPlan(seconds=seconds, ratio=CHECKPOINT_RATIO, logged=REQUEST + ENVELOPE, envelope=ENVELOPE, last=0.0)
+    now = text_bytes = content_bytes = 0.0
+    for piece, pause in pieces:
+        now += pause
+        text_bytes += len(piece.encode())
+        content_bytes += escaped_size(piece)
+        if plan.due(now, int(text_bytes), int(content_bytes)):
+            plan.written(now, int(content_bytes))
+    total = plan.logged + ENVELOPE + content_bytes
+    assert total <= max(CHECKPOINT_RATIO * text_bytes, REQUEST + 2 * ENVELOPE + content_bytes)
+
+
+def test_the_old_rule_grows_with_the_square_of_the_answer() -> None:
+    """The baseline kept for the benchmark (a checkpoint a second) is what the plan replaces."""
+    def ratio(plan: CheckpointPlan) -> float:
+        content = 0
+        for second in range(1, 67):  # 2,000 tokens of 7 bytes at 30 tokens a second
+            content += 210
+            if plan.due(float(second), content, content):
+                plan.written(float(second), content)
+        return (plan.logged + ENVELOPE + content) / content
+
+    old = ratio(CheckpointPlan(seconds=1.0, ratio=None, logged=REQUEST + ENVELOPE, envelope=ENVELOPE, last=0.0))
+    new = ratio(CheckpointPlan(seconds=1.0, ratio=CHECKPOINT_RATIO, logged=REQUEST + ENVELOPE, envelope=ENVELOPE, last=0.0))
+    assert old > 30 and new <= 3
+
+
+# --- the hub's streams, pure --------------------------------------------------------------------
+
+
+def delta(message_id: str, offset: int, text: str, run_id: str = "r") -> str:
+    return json.dumps(DeltaFrame(message_id=message_id, run_id=run_id, offset=offset, text=text).wire())
+
+
+async def test_the_hub_gives_the_texts_so_far_and_drops_the_deltas_they_hold() -> None:
+    hub = Hub(SharedReads(None))  # type: ignore[arg-type]  (no read of the log here)
+    hub.publish("a", delta("m1", 0, "Hello"))
+    hub.publish("b", delta("x", 0, "another account"))
+    socket = hub.subscribe("a")
+    hub.publish("a", delta("m1", 5, ", world"))
+    hub.publish("a", delta("m1", 3, "lo, w"))  # an old piece again: nothing new
+    hub.publish("a", delta("m2", 4, "joined late"))  # its beginning never reached this process
+    assert hub.texts_so_far("a", socket) == [delta("m1", 0, "Hello, world")]
+    assert [m for m, _ in socket.deltas] == ["m2"]  # m1's waiting deltas are in its text
+    hub.publish("a", delta("m1", 12, "!"))
+    assert socket.deltas[-1] == ("m1", delta("m1", 12, "!"))  # the next one follows the text
+
+    # A socket too slow for its deltas is given the texts again, then the deltas after them.
+    for i in range(MAX_PENDING_DELTAS):
+        hub.publish("a", delta("m1", 13 + i, "."))
+    assert socket.resend and len(socket.deltas) < MAX_PENDING_DELTAS
+    socket.resend = False  # (as the socket's loop does)
+    [again] = hub.texts_so_far("a", socket)
+    assert json.loads(again)["text"] == "Hello, world!" + "." * MAX_PENDING_DELTAS and not socket.deltas
+
+    hub.end("a", "m1")  # the run ended: its text is in the log
+    assert hub.texts_so_far("a", socket) == [] and hub.streaming("b") != {}
+    hub.streams_interrupted()  # PostgreSQL's listener was away: no stream is known whole
+    assert hub.streaming("b") == {}
