@@ -14,8 +14,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.compression import Encoded
-from server.compression import Encoded
 from server.config import ROOT
 
 PYTHON_PACKAGES = ("shared", "webapp")
@@ -51,18 +49,8 @@ STDLIB = "vendor/python_stdlib.zip"
 VERSIONED = re.compile(r"vendor/(pyodide|idiomorph)/\d[^/]*/[^/]+|vendor/wheels/[^/]+\.whl")
 
 
-# Vendor files whose URL changes whenever their content does: Pyodide and idiomorph under their
-# pinned version, wheels named with theirs. Everything else keeps its URL across versions.
-VERSIONED = re.compile(r"vendor/(pyodide|idiomorph)/\d[^/]*/[^/]+|vendor/wheels/[^/]+\.whl")
-
-
 def content_type(path: str) -> str:
     return CONTENT_TYPES.get(Path(path).suffix, "application/octet-stream")
-
-
-def immutable(path: str) -> bool:
-    """Whether the static file at ``path`` (under /static/) may be cached for good."""
-    return VERSIONED.fullmatch(path) is not None
 
 
 def immutable(path: str) -> bool:
@@ -95,8 +83,6 @@ class Assets:
     static_dir: Path
     bundle: bytes
     bundle_etag: str
-    bundle_encoded: Encoded
-    bundle_encoded: Encoded
     precache: tuple[str, ...]
     version: str
 
@@ -127,8 +113,6 @@ class Assets:
             static_dir=static_dir,
             bundle=bundle,
             bundle_etag=hashlib.sha256(bundle).hexdigest()[:32],
-            bundle_encoded=Encoded.of_bytes(bundle, hashlib.sha256(bundle).hexdigest()[:32]),
-            bundle_encoded=Encoded.of_bytes(bundle, hashlib.sha256(bundle).hexdigest()[:32]),
             precache=tuple(urls),
             version=version,
         )
