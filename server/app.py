@@ -23,7 +23,7 @@ from server import auth
 from server.assets import Assets, content_type, immutable
 from server.assistants import load_assistants
 from server.compactor import run_compactor
-from server.compression import Encoded, StaticFiles, compressed_json
+from server.compression import LazilyEncoded, StaticFiles, compressed_json
 from server.config import Settings
 from server.db import open_database
 from server.event_store import SqlEventStore
@@ -519,16 +519,18 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     async def index() -> Response:
         return await static_file("index.html")
 
-    service_worker_script = Encoded.of_bytes(assets.service_worker().encode(), assets.version)
+    service_worker_script = LazilyEncoded(assets.service_worker().encode(), assets.version)
+    bundle = LazilyEncoded(assets.bundle, assets.bundle_etag)
     files = StaticFiles(settings.static_dir)
 
     @app.get("/sw.js")
     async def service_worker() -> Response:
-        return service_worker_script.response(request.headers, "text/javascript; charset=utf-8", "no-cache")
+        script = await service_worker_script.get()
+        return script.response(request.headers, "text/javascript; charset=utf-8", "no-cache")
 
     @app.get("/py/app.zip")
     async def python_bundle() -> Response:
-        return assets.bundle_encoded.response(request.headers, "application/zip", "no-cache")
+        return (await bundle.get()).response(request.headers, "application/zip", "no-cache")
 
     @app.get("/static/<path:path>")
     async def static_file(path: str) -> Response:

@@ -140,6 +140,24 @@ class Encoded:
         return response
 
 
+class LazilyEncoded:
+    """``data`` in its variants, made (in a thread) when first asked for: compressing at the best
+    setting takes a while (~1 s for the 220 kB Python bundle), which starting the app should not wait
+    for (every test of the server starts one)."""
+
+    def __init__(self, data: bytes, etag: str) -> None:
+        self.data = data
+        self.etag = etag
+        self._encoded: Encoded | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Encoded:
+        async with self._lock:
+            if self._encoded is None:
+                self._encoded = await asyncio.to_thread(Encoded.of_bytes, self.data, self.etag)
+            return self._encoded
+
+
 def _matches(if_none_match: str | None, etag: str) -> bool:
     """Whether If-None-Match names ``etag`` (weak comparison, as RFC 9110 §13.1.2 says)."""
     if not if_none_match:
