@@ -182,12 +182,12 @@ class StaticFiles:
 
     def locate(self, relative: str) -> Path | None:
         """The file ``relative`` names under the root, or None (outside it, missing, a directory,
-        or a precompressed variant asked for by its own name)."""
+        or set-up's by-products asked for by their own names: a variant, a marker, a partial write)."""
         joined = safe_join(str(self.root), relative)
         if joined is None:
             return None
         path = Path(joined)
-        if path.suffix in SUFFIXES.values() or not path.is_file():
+        if path.suffix in (*SUFFIXES.values(), ".skip", ".tmp") or not path.is_file():
             return None
         return path
 
