@@ -212,11 +212,13 @@ class SqlEventStore:
     ) -> list[dict[str, Any]]:
         """Rows of the snapshot at ``up_to_seq`` after the key ``after`` (last_seq, id),
         in descending order of that key (the index on (account_id, last_seq) serves it)."""
+        # The range starts at the last row sent (not at up_to_seq, with the rows before it left
+        # out one by one: that made each page cost as much as every page before it).
         where = "account_id = ? AND last_seq <= ?"
-        params: list[Any] = [account_id, up_to_seq]
+        params: list[Any] = [account_id, up_to_seq if after is None else min(up_to_seq, after[0])]
         if after is not None:
-            where += " AND (last_seq < ? OR (last_seq = ? AND id < ?))"
-            params += [after[0], after[0], after[1]]
+            where += " AND (last_seq < ? OR id < ?)"  # (last_seq <= after's: ties by id)
+            params += [after[0], after[1]]
         if chat_id is not None:
             where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
             params.append(chat_id)

@@ -37,7 +37,8 @@ PUSH_BATCH = 100
 STATE_PAGE = 1000  # rows per page of /sync/state (the server's most)
 # A cursor this many events behind the log's head syncs from a snapshot rather than the log.
 FAR_BEHIND = 5000
-SEARCH_SLICE = 2000  # messages a snapshot brought, indexed for search per transaction afterwards
+SEARCH_SLICE = 1000  # messages a snapshot brought, indexed for search per transaction afterwards
+INDEX_AFTER_SECONDS, INDEX_PAUSE_SECONDS = 1.0, 0.02
 # The server pings every 25 s; a socket silent for longer than this is taken for dead.
 LIVE_SILENCE_SECONDS = 60.0
 
@@ -213,8 +214,9 @@ class SyncEngine:
                 self._indexer = asyncio.ensure_future(self._index_backlog())
 
     async def _index_backlog(self) -> None:
+        await asyncio.sleep(INDEX_AFTER_SECONDS)  # once caught up (the log after the snapshot, the outbox)
         while await self.store.index_search_backlog(SEARCH_SLICE):
-            await asyncio.sleep(0)
+            await asyncio.sleep(INDEX_PAUSE_SECONDS)  # (the page stays responsive between slices)
 
     async def push(self) -> None:
         """Send the outbox in order, in batches; idempotent by eventId, so resending is harmless."""
