@@ -246,6 +246,8 @@ class SqliteDatabase:
             self._schedule_checkpoint()
 
     async def _begin_write(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:  # (begun by a wait in a thread whose caller was cancelled meanwhile)
+            conn.rollback()
         try:
             conn.execute("BEGIN IMMEDIATE")  # (the writer's busy timeout is 0: this never waits)
         except sqlite3.OperationalError as e:
@@ -314,7 +316,7 @@ class SqliteDatabase:
             row: Row | None = conn.execute(sql, params).fetchone()  # (one statement: its own snapshot)
             return row
         finally:
-            if len(self._readers) < IDLE_READERS:
+            if self._writer is not None and len(self._readers) < IDLE_READERS:
                 self._readers.append(conn)
             else:
                 conn.close()
