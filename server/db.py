@@ -253,7 +253,18 @@ class SqliteDatabase:
         except sqlite3.OperationalError as e:
             if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
-            await asyncio.to_thread(self._wait_to_begin, conn)
+        else:
+            return
+        waiting = asyncio.ensure_future(asyncio.to_thread(self._wait_to_begin, conn))
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            # The thread still has the connection: keep the lock until it lets go, and end
+            # whatever it began.
+            await asyncio.wait([waiting])
+            if waiting.exception() is None:
+                conn.rollback()
+            raise
 
     @staticmethod
     def _wait_to_begin(conn: sqlite3.Connection) -> None:

@@ -10,6 +10,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from server.appender import _prefetch_query, _Request
 from server.db import SqliteDatabase
 from shared.models import DomainEvent
@@ -59,6 +61,31 @@ async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path
         other.execute("COMMIT")  # the other process lets go: the write goes through
         await asyncio.wait_for(task, 5)
         assert await db.read_one("SELECT count(*) FROM t") == (1,)
+    finally:
+        other.close()
+        await db.close()
+
+
+async def test_a_write_cancelled_while_it_waits_for_another_process_leaves_nothing_begun(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    db = await opened(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+
+        async def write(value: int) -> None:
+            async with db.transaction(write=True) as tx:
+                await tx.execute("INSERT INTO t VALUES (?)", value)
+
+        cancelled = asyncio.ensure_future(write(1))
+        await asyncio.sleep(0.1)
+        cancelled.cancel()  # (its wait for the lock goes on in a thread)
+        await asyncio.sleep(0.1)
+        other.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(cancelled, 5)
+        await asyncio.wait_for(write(2), 5)
+        assert await db.read_one("SELECT group_concat(x) FROM t") == ("2",)
     finally:
         other.close()
         await db.close()
