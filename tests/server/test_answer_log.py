@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import websockets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quart import Quart
@@ -21,8 +24,11 @@ from server.app import create_app
 from server.live import MAX_PENDING_DELTAS, Hub, SharedReads
 from server.runs import CHECKPOINT_RATIO, CheckpointPlan, escaped_size
 from shared.models import DeltaFrame
+from tests.conftest import drop_schema, postgres_schema
 from tests.fake_upstream import FakeUpstream
+from tests.processes import Server
 from tests.server.conftest import bearer, signup
+from tests.server.events import chat_created, event, message, new_id
 from tests.server.test_runs import a_requested_run, run_settings, until_status
 
 # Words of an answer, with some of what JSON escapes: quotes, backslashes, non-ASCII.
@@ -100,7 +106,7 @@ async def test_the_log_of_a_short_answer_stays_within_3x_its_text(app: Quart, cl
 async def test_a_socket_joining_mid_answer_gets_the_text_so_far_right_after_caught_up(
     app: Quart, client: Client, upstream: FakeUpstream
 ) -> None:
-    upstream.delay, upstream.text = 0.01, answer_text(600)  # about 6 s; the first checkpoint at ~3 s
+    upstream.delay, upstream.text = 0.008, answer_text(400)  # about 3.5 s, 1.9 KB: no checkpoint on the way
     session = await signup(client)
     chat, _, request = await a_requested_run(client, session)
     run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
@@ -215,3 +221,52 @@ async def test_the_hub_gives_the_texts_so_far_and_drops_the_deltas_they_hold() -
     assert hub.texts_so_far("a", socket) == [] and hub.streaming("b") != {}
     hub.streams_interrupted()  # PostgreSQL's listener was away: no stream is known whole
     assert hub.streaming("b") == {}
+
+
+async def test_sockets_on_two_processes_of_one_postgresql_get_the_text_so_far(tmp_path: Path) -> None:
+    """Whichever process streams the answer, a socket joining mid-answer on either one gets the
+    text so far (each process builds it from the deltas PostgreSQL passes to all of them)."""
+    upstream = FakeUpstream(delay=0.008, text=answer_text(400))
+    server = await upstream.start()
+    schema, url = await postgres_schema()
+    settings = {"assistants": upstream.config(), "run_poll_seconds": "0.1"}
+    processes = [Server(url, tmp_path / f"{i}.log", **settings) for i in range(2)]
+    try:
+        for process in processes:
+            await asyncio.to_thread(process.start)
+        async with httpx.AsyncClient(base_url=processes[0].url) as http:
+            token = (await http.post("/auth/signup", json={"username": "two", "password": "long enough"})).json()["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            chat, question, reply_id = new_id(), new_id(), new_id()
+            request = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
+            events = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+            assert (await http.post("/sync/events", json={"events": events}, headers=headers)).status_code == 200
+            while not upstream.requests:  # a process has claimed the run
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.8)  # tokens have streamed
+
+            async def joined(process: Server) -> str:
+                socket_url = process.url.replace("http://", "ws://") + "/sync/live?afterSeq=0"
+                async with websockets.connect(socket_url, additional_headers=headers) as socket:
+                    while json.loads(await asyncio.wait_for(socket.recv(), 10))["type"] != "caughtUp":
+                        pass
+                    first = json.loads(await asyncio.wait_for(socket.recv(), 1))
+                    assert first["type"] == "delta" and first["messageId"] == reply_id and first["offset"] == 0
+                    text = first["text"]
+                    while True:
+                        frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
+                        if frame["type"] == "delta":
+                            assert frame["offset"] == len(text)
+                            text += frame["text"]
+                        elif frame["type"] == "event" and frame["event"]["payload"].get("status") == "completed":
+                            assert text == frame["event"]["payload"]["content"]
+                            return str(first["text"])
+
+            so_far = await asyncio.gather(*(joined(p) for p in processes))
+        assert upstream.text is not None and all(t and upstream.text.startswith(t) for t in so_far)
+        assert upstream.calls == 1
+    finally:
+        for process in processes:
+            process.stop()
+        await drop_schema(schema)
+        server.close()
