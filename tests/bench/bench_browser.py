@@ -1,0 +1,166 @@
+"""Benchmark: the app in Chromium, from a reload to a screen, from sign-in to synced, a first
+visit's bytes, and Pyodide against CPython (issue 13). Run on demand:
+
+    .venv/bin/python -m tests.bench.bench_browser [--sizes 1000 10000 50000] [--reloads 5] [--only start]
+
+Sections (``--only`` picks some; all by default):
+
+- ``start``: an account of N messages (seeded with ``python -m server import``), synced into a
+  browser context; then ``--reloads`` reloads, each measured from navigation start: *painted*,
+  the first contentful paint that shows the last chat (from the render cache, static/paint.js),
+  and *interactive*, when a send works (the page's ``chat:interactive`` mark); the median of every
+  start-up step (the ``chat:*`` marks static/app.js and webapp/browser.py set) for README's table.
+  Baselines in the same run: the shell's own first paint (the same reload with the render cache
+  removed) and a bare Pyodide start in the same page (``loadPyodide()`` and ``import sqlite3``).
+- ``sync``: a new device's sync at each size in rows/s, beside ``curl`` downloading the same
+  snapshot pages (tests/bench/browser_sync.py).
+- ``catchup``: the same 10,000 logged events applied through the log path in Pyodide in Chromium
+  and in CPython (tests/bench/browser_sync.py).
+- ``visit``: the bytes a first visit moves over the wire, the service worker's precache included
+  (tests/bench/first_visit.py).
+- ``answer``: the log bytes of one 2,000-token answer over its text (tests/bench/bench_answer_log.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.bench import browser_sync
+from tests.e2e.conftest import playwright_config
+from tests.e2e.pages import BOOT_TIMEOUT, open_app, sign
+from tests.processes import Server
+
+SECTIONS = ("start", "sync", "catchup", "visit", "answer")
+
+# Start-up steps, in the order they end (static/app.js, webapp/browser.py).
+STEPS = ("painted", "owner", "bundle", "python", "pyodide", "database read", "imported", "database opened", "drawn", "interactive")
+
+READ_MARKS = """() => {
+  const marks = {};
+  for (const entry of performance.getEntriesByType('mark')) {
+    if (entry.name.startsWith('chat:')) marks[entry.name.slice(5)] = entry.startTime;
+  }
+  const paint = performance.getEntriesByName('first-contentful-paint')[0];
+  marks.fcp = paint ? paint.startTime : null;
+  return marks;
+}"""
+
+BARE_PYODIDE = """async () => {
+  const started = performance.now();
+  const { loadPyodide } = await import('/static/vendor/pyodide/' + PYODIDE_VERSION + '/pyodide.mjs');
+  const pyodide = await loadPyodide({ indexURL: '/static/vendor/pyodide/' + PYODIDE_VERSION + '/', stdLibURL: '/static/vendor/python_stdlib.zip' });
+  pyodide.runPython('import sqlite3');
+  return performance.now() - started;
+}"""
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _reload(page: Page) -> dict[str, float]:
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    page.wait_for_timeout(300)  # (the paint entries are there a frame later)
+    marks: dict[str, float] = page.evaluate(READ_MARKS)
+    return marks
+
+
+def _pyodide_version() -> str:
+    from server.assets import versioned_dir
+    from server.config import ROOT
+
+    return versioned_dir(ROOT / "static", "pyodide").rsplit("/", 1)[-1]
+
+
+def start_figures(browser: Browser, server: Server, username: str, messages: int, reloads: int) -> None:
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    sign(page, username, browser_sync.PASSWORD, signup=False)
+    page.wait_for_function(browser_sync.STATUS_ONLINE, timeout=600_000)
+    page.wait_for_function("() => localStorage.getItem('chat-render-current') !== null && document.querySelector('#messages li')")
+    page.wait_for_timeout(1500)  # the render cache is saved a second after the screen settles
+    _reload(page)  # (warm: the service worker controls the page from here)
+    runs = [_reload(page) for _ in range(reloads)]
+    missing = [run for run in runs if "painted" not in run]
+    assert not missing, f"a reload was not painted from the render cache: {missing[0]}"
+    painted = [max(run["painted"], run["fcp"] or 0) for run in runs]
+    interactive = [run["interactive"] for run in runs]
+    shell = []
+    for _ in range(reloads):
+        page.evaluate("() => { for (const k of Object.keys(localStorage)) if (k.startsWith('chat-render')) localStorage.removeItem(k); }")
+        shell.append(_reload(page)["fcp"])
+    bare = []
+    for _ in range(reloads):  # in a page of its own (the same origin and caches), without the app
+        other = context.new_page()
+        other.goto("/help/home-network")
+        bare.append(other.evaluate(BARE_PYODIDE.replace("PYODIDE_VERSION", repr(_pyodide_version()))))
+        other.close()
+    context.close()
+    print(f"\n{messages:,} messages on the device (median of {reloads} reloads, ms from navigation start)")
+    print(f"  painted (last chat on screen) {_median(painted):7.0f}   shell's own first paint {_median(shell):6.0f}   ratio {_median(painted) / _median(shell):.2f}")
+    print(f"  interactive (a send works)    {_median(interactive):7.0f}   bare Pyodide + sqlite3  {_median(bare):6.0f}   ratio {_median(interactive) / _median(bare):.2f}")
+    print("  steps (median time each ends; ms):")
+    previous = 0.0
+    for step in STEPS:
+        ends = [run[step] for run in runs if step in run]
+        if not ends:
+            continue
+        end = _median(ends)
+        print(f"    {step:16} {end:7.0f}  (+{max(0.0, end - previous):.0f})")
+        previous = max(previous, end)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
+    parser.add_argument("--reloads", type=int, default=5)
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    args = parser.parse_args()
+    data = Path(tempfile.mkdtemp())
+    url = f"sqlite:///{data / 'chat.db'}"
+    chats_of: Callable[[int], int] = lambda n: max(1, n // 500)  # noqa: E731
+    wants_accounts = {"start", "sync"} & set(args.only)
+    if wants_accounts:
+        for n in args.sizes:
+            browser_sync.seed(url, f"b{n}", n, chats_of(n))
+    if "catchup" in args.only:
+        browser_sync.seed(url, "log", 10_000 - 100, 100)  # (one event a chat or a message)
+    server = Server(url, data / "server.log", rate_limit_per_minute="0")
+    server.start()
+    print(f"{time.strftime('%Y-%m-%d')}: Chromium {playwright_config.CHROMIUM}, SQLite server, this machine")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(**playwright_config.LAUNCH_ARGS)
+            if "start" in args.only:
+                for n in args.sizes:
+                    start_figures(browser, server, f"b{n}", n, args.reloads)
+            if "sync" in args.only:
+                print("\nA new device's sync (sign-in click until Online)")
+                for n in args.sizes:
+                    browser_sync.print_sync(browser_sync.new_device_sync(browser, server, f"b{n}", n))
+            if "catchup" in args.only:
+                browser_sync.print_catch_up(browser_sync.log_catch_up(browser, server, "log"))
+            browser.close()
+    finally:
+        server.stop()
+    if "visit" in args.only:
+        from tests.bench import first_visit
+
+        first_visit.main()
+    if "answer" in args.only:
+        from tests.bench import bench_answer_log
+
+        bench_answer_log.main()
+
+
+if __name__ == "__main__":
+    main()
