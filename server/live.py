@@ -293,6 +293,11 @@ class Hub:
             for stream in streams.values():
                 stream.complete = False
 
+    def text_so_far(self, account_id: str, message_id: str) -> str | None:
+        """The reply's text so far, when this process knows it whole."""
+        stream = self._streams.get(account_id, {}).get(message_id)
+        return stream.text if stream is not None and stream.complete else None
+
     def streaming(self, account_id: str) -> dict[str, Stream]:
         """The account's replies streaming now whose text this process knows whole."""
         return {m: s for m, s in self._streams.get(account_id, {}).items() if s.complete and s.text}

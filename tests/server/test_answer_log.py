@@ -270,3 +270,51 @@ async def test_sockets_on_two_processes_of_one_postgresql_get_the_text_so_far(tm
             process.stop()
         await drop_schema(schema)
         server.close()
+
+
+async def test_a_run_whose_process_died_keeps_what_another_process_saw_streamed(tmp_path: Path) -> None:
+    """kill -9 of the process streaming an answer before its first checkpoint: the other process
+    of the same PostgreSQL ends the run with the text it saw streamed, not the log's empty one."""
+    upstream = FakeUpstream(delay=0.02, text=answer_text(1000))  # 20 s; the first checkpoint at ~9 s
+    server = await upstream.start()
+    schema, url = await postgres_schema()
+    settings = {"assistants": upstream.config(), "run_lease_seconds": "2"}
+    streamer = Server(url, tmp_path / "streamer.log", run_poll_seconds="0.1", **settings)
+    other = Server(url, tmp_path / "other.log", run_poll_seconds="0.5", **settings)
+    try:
+        for process in (streamer, other):
+            await asyncio.to_thread(process.start)
+        async with httpx.AsyncClient(base_url=other.url) as http:
+            token = (await http.post("/auth/signup", json={"username": "died", "password": "long enough"})).json()["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            chat, question, reply_id = new_id(), new_id(), new_id()
+            request = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
+            events = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+            # Asked through the streamer, which claims it at once (the other looks twice a second).
+            async with httpx.AsyncClient(base_url=streamer.url) as asking:
+                response = await asking.post("/sync/events", json={"events": events}, headers=headers)
+            assert response.status_code == 200
+            socket_url = other.url.replace("http://", "ws://") + "/sync/live?afterSeq=0"
+            async with websockets.connect(socket_url, additional_headers=headers) as socket:
+                seen = ""
+                while len(seen) < 200:  # what the other process passed on of the stream
+                    frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
+                    if frame["type"] == "delta":
+                        seen = seen[: frame["offset"]] + frame["text"]
+                assert streamer.process is not None
+                streamer.process.kill()  # SIGKILL, before any checkpoint
+                streamer.process.wait()
+            for _ in range(200):
+                state = (await http.get(f"/sync/state?chatId={chat}", headers=headers)).json()
+                ended = next(m for m in state["snapshot"]["messages"] if m["id"] == reply_id)
+                if ended["status"] != "streaming":
+                    break
+                await asyncio.sleep(0.05)
+        assert ended["status"] == "failed_upstream" and ended["content"].startswith(seen)
+        assert upstream.text is not None and upstream.text.startswith(ended["content"])
+        assert upstream.calls == 1
+    finally:
+        streamer.stop()
+        other.stop()
+        await drop_schema(schema)
+        server.close()
