@@ -206,6 +206,7 @@ async function startPython(lockFileURL, packages) {
     snapshotWanted = cache !== null;
     pyodide = await loadPyodide({ ...PYTHON_OPTIONS, lockFileURL });
   }
+  document.body.dataset.python = saved ? "snapshot" : "fresh"; // (for the tests)
   step("python")();
   await pyodide.loadPackage(packages, { messageCallback: () => {} });
   return pyodide;

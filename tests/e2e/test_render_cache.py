@@ -147,3 +147,21 @@ def test_the_render_cache_of_one_account_is_never_painted_for_another(browser: B
     release()
     assert page.evaluate("() => window.chatSeen") == ["Bravo words"]
     page.context.close()
+
+
+def test_the_next_start_begins_from_a_python_snapshot(browser: Browser, server: Server) -> None:
+    page = _page(browser, server)
+    open_app(page)
+    assert page.evaluate("() => document.body.dataset.python") == "fresh"
+    for _ in range(120):  # (made in a worker once the page is interactive)
+        if page.evaluate("async () => (await (await caches.open('python-snapshot')).keys()).length") == 1:
+            break
+        page.wait_for_timeout(500)
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    assert page.evaluate("() => document.body.dataset.python") == "snapshot"
+    sign(page, f"u{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)  # Python works: it signs up, syncs, sends
+    new_chat(page)
+    _send(page, "From a snapshot")
+    expect(page.get_by_role("status").first).to_have_text("Online")
+    page.context.close()
