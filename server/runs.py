@@ -7,11 +7,12 @@ answer at a time per chat: the rest wait their turn), under a lease it renews wh
 It sends the model's tokens as ``delta`` frames to the account's sockets, writes the growing reply
 into the log as ``MessageEdited`` checkpoints and the final message, and reads to the end whether
 or not anyone is listening. Checkpoints are spaced so that the answer's log bytes stay within
-``CHECKPOINT_RATIO`` times its text at any length (``CheckpointPlan``): each comes once the text
-has grown past everything the answer logged so far, so about each time it has doubled, and at
-most one per ``checkpoint_seconds``. A Stop (``AssistantRunCancelled``) ends the reply's status
-(an ended run's message keeps it, server/store.py): the worker reads that status when a
-checkpoint is not due (at most once per ``checkpoint_seconds``) and stops reading. A run whose
+``CHECKPOINT_RATIO`` times its text at any length past the three events every answer logs
+(about 1.5 KB: from some 160 words on) (``CheckpointPlan``): each comes once the text has grown
+past everything the answer logged so far, so about each time it has doubled, and at most one
+per ``checkpoint_seconds``. A Stop (``AssistantRunCancelled``) makes the reply ``cancelled`` for
+good (server/store.py): the worker reads the reply's status once per ``checkpoint_seconds`` when
+no checkpoint is due (a refused checkpoint says the same) and stops reading. A run whose
 lease ran out (its process died) is failed, with what it had written: taking it up again would
 pay the model a second time. It keeps the text another process of one PostgreSQL saw streamed,
 if that process ends it; otherwise what was streamed after the last checkpoint is lost (all of it
