@@ -16,9 +16,9 @@ from tests.server.events import chat_created, event, message, new_id
 
 
 async def test_a_run_cut_by_kill_9_is_ended_by_the_restarted_server(database_url: str, tmp_path: Path) -> None:
-    # 1,000 words for about 20 s: the first checkpoint (once the text pays for it, at about 2.3 KB,
-    # server/runs.py CheckpointPlan) comes after some 7 s, well before the answer ends.
-    upstream = FakeUpstream(delay=0.02, words=1000)
+    # 1,000 long words for about 20 s: the first checkpoint (once the text pays for it, at about
+    # 2.3 KB, server/runs.py CheckpointPlan) comes after some 2 s, long before the answer ends.
+    upstream = FakeUpstream(delay=0.02, text=" ".join(f"word{i:04}-of-a-long-answer" for i in range(1000)))
     await upstream.start()  # this test's loop runs while it waits (asyncio.to_thread, sleeps)
     settings = {"assistants": upstream.config(), "run_lease_seconds": "2", "run_poll_seconds": "0.2"}
     first = Server(database_url, tmp_path / "first.log", **settings)
