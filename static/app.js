@@ -1,7 +1,7 @@
 // Bootstrap: service worker, Pyodide with our own lock file, the local database's files read
 // from IndexedDB (static/storage.js), then our Python (webapp.browser.main). Everything is served
 // from this origin; nothing from a CDN.
-import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs"; // (PYODIDE_URL below)
+import { startPython, unpackBundle, warmNextStart } from "/static/python-start.js";
 import * as storage from "/static/storage.js";
 import * as view from "/static/view.js";
 
@@ -165,65 +165,6 @@ function runPython(code, seconds) {
   return result;
 }
 
-// Python starts from a memory snapshot of the interpreter with the standard library modules we
-// use imported (made once, in a worker, after the first start: static/snapshot-worker.js; kept in
-// Cache Storage), which skips most of its own start-up; our wheels are loaded on top of it (a
-// snapshot cannot hold them: pyodide/pyodide#5195, #6418). The snapshot is tied to the Pyodide
-// build (its URL holds the version) and to SNAPSHOT_IMPORTS; one that fails to load is deleted
-// and the page starts again without it.
-const PYODIDE_URL = "/static/vendor/pyodide/314.0.7/";
-const PYTHON_OPTIONS = { indexURL: PYODIDE_URL, stdLibURL: "/static/vendor/python_stdlib.zip" };
-const SNAPSHOT_CACHE = "python-snapshot"; // (not "chat-…": the service worker leaves it alone)
-const SNAPSHOT_IMPORTS = [
-  "asyncio", "json", "sqlite3", "re", "dataclasses", "datetime", "decimal", "enum", "typing", "uuid",
-  "collections", "functools", "html", "html.parser", "inspect", "base64", "hashlib", "hmac", "random",
-  "secrets", "string", "textwrap", "unicodedata", "zlib", "zipfile", "logging", "email", "calendar",
-  "fractions", "numbers", "copy", "weakref", "ast", "dis", "tokenize", "traceback", "linecache",
-  "bisect", "heapq", "contextvars", "struct", "math", "zoneinfo", "urllib.parse", "ipaddress", "pathlib",
-];
-const SNAPSHOT_KEY = new URL(`${PYODIDE_URL}snapshot-${SNAPSHOT_IMPORTS.length}.bin`, location).href;
-let snapshotWanted = false;
-
-async function startPython(lockFileURL, packages) {
-  const cache = globalThis.caches ? await caches.open(SNAPSHOT_CACHE).catch(() => null) : null;
-  const saved = cache && await cache.match(SNAPSHOT_KEY);
-  let pyodide;
-  if (saved) {
-    try {
-      const snapshot = new Uint8Array(await saved.arrayBuffer());
-      pyodide = await loadPyodide({ ...PYTHON_OPTIONS, lockFileURL, _loadSnapshot: snapshot });
-      pyodide.runPython("import random; random.seed()"); // (else every start draws the same numbers)
-    } catch (error) {
-      await cache.delete(SNAPSHOT_KEY);
-      if (!sessionStorage.getItem("chat-snapshot-failed")) {
-        sessionStorage.setItem("chat-snapshot-failed", "1");
-        location.reload();
-        await new Promise(() => {});
-      }
-      throw error;
-    }
-  } else {
-    snapshotWanted = cache !== null;
-    pyodide = await loadPyodide({ ...PYTHON_OPTIONS, lockFileURL });
-  }
-  document.body.dataset.python = saved ? "snapshot" : "fresh"; // (for the tests)
-  step("python")();
-  await pyodide.loadPackage(packages, { messageCallback: () => {} });
-  return pyodide;
-}
-
-// Once the page is interactive: the snapshot the next start begins from, if there is none.
-function makeSnapshot() {
-  if (!snapshotWanted) return;
-  const worker = new Worker("/static/snapshot-worker.js", { type: "module" });
-  worker.onmessage = ({ data }) => {
-    if (data.error) console.warn("no Python snapshot kept:", data.error);
-    worker.terminate();
-  };
-  const lockFileURL = new URL("/static/vendor/app-lock.json", location).href; // (not Pyodide's own)
-  worker.postMessage({ options: { ...PYTHON_OPTIONS, lockFileURL }, imports: SNAPSHOT_IMPORTS, cacheName: SNAPSHOT_CACHE, key: SNAPSHOT_KEY });
-}
-
 // Python's answer to an action, once it has done it (its effects durable where it writes). An
 // action taken before Python is ready (on the screen painted from the render cache) waits for it,
 // in order.
@@ -372,16 +313,16 @@ async function boot() {
   wireEvents();
   if (navigator.storage?.persist) navigator.storage.persist().catch(() => {});
   const lockFileURL = new URL("/static/vendor/app-lock.json", location).href; // must be absolute
-  const lock = await (await fetch(lockFileURL)).json();
-  const packages = Object.keys(lock.packages);
+  const lockText = await (await fetch(lockFileURL)).text();
+  const packages = Object.keys(JSON.parse(lockText).packages);
   const [pyodide, bundle] = await Promise.all([
-    startPython(lockFileURL, packages).then(step("pyodide")),
+    startPython(lockFileURL, packages, (name) => step(name)()).then(step("pyodide")),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()).then(step("bundle")),
     becomeOwner().then(step("owner")),
   ]);
   const missing = packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) throw new Error(`packages failed to load: ${missing.join(", ")}`);
-  pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
+  await unpackBundle(pyodide, bundle, lockText);
   pyodide.FS.mkdirTree("/data");
   const stored = await underIoLock(() => storage.load(pyodide, "/data"));
   step("database read")();
@@ -397,7 +338,7 @@ async function boot() {
   document.body.dataset.ready = "true";
   step("interactive")();
   pythonStarted();
-  setTimeout(makeSnapshot, 2000);
+  setTimeout(() => warmNextStart(pyodide).catch((e) => console.warn("next start", e)), 2000);
 }
 
 // Start-up steps as performance marks ("chat:<name>"), which tests/bench/bench_browser.py reads.

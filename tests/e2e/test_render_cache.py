@@ -149,17 +149,18 @@ def test_the_render_cache_of_one_account_is_never_painted_for_another(browser: B
     page.context.close()
 
 
-def test_the_next_start_begins_from_a_python_snapshot(browser: Browser, server: Server) -> None:
+def test_the_next_start_begins_from_a_python_snapshot_and_compiled_modules(browser: Browser, server: Server) -> None:
     page = _page(browser, server)
     open_app(page)
     assert page.evaluate("() => document.body.dataset.python") == "fresh"
-    for _ in range(120):  # (made in a worker once the page is interactive)
-        if page.evaluate("async () => (await (await caches.open('python-snapshot')).keys()).length") == 1:
+    for _ in range(180):  # (the snapshot and the bytecode, made in workers once the page is interactive)
+        if page.evaluate("async () => (await (await caches.open('python-start')).keys()).length") == 2:
             break
         page.wait_for_timeout(500)
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     assert page.evaluate("() => document.body.dataset.python") == "snapshot"
+    assert page.evaluate("() => document.body.dataset.bytecode") == "kept"  # (our modules compiled before)
     sign(page, f"u{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)  # Python works: it signs up, syncs, sends
     new_chat(page)
     _send(page, "From a snapshot")
