@@ -76,3 +76,52 @@ async def test_sign_out_ends_the_session_and_keeps_or_removes_this_devices_copy(
     await client.dispatch("confirm-signout", {"remove": "on"})
     assert auth.signouts == 2 and client.store.account() is None and client.store.chats() == []
     assert "The copy on this device was removed." in page.regions["root"]
+
+
+async def test_the_painted_render_cache_is_taken_over_only_for_its_account_and_layout(tmp_path: Path) -> None:
+    client, page, _ = await signed_in_with_a_chat(tmp_path)
+    account, layout = page.remembered  # type: ignore[misc]
+    first = client.store.chats()[-1].id  # not the latest: the one the cache showed
+    client.stop()
+
+    def restart(painted: tuple[str, str, str] | None):  # type: ignore[no-untyped-def]
+        again, page, _ = make_client(tmp_path)
+        page.painted = painted
+        page.regions["root"] = "painted"
+        return again, page
+
+    again, page = restart((account, layout, first))
+    await again.store.open()
+    again.start()
+    assert page.regions["root"] == "painted"  # the painted page, taken over as it is
+    assert again.selected == first and page.remembered == (account, layout)
+    assert "first words" in page.messages
+    again.stop()
+
+    for painted in [("another account", layout, first), (account, "another layout", first), None]:
+        again, page = restart(painted)
+        await again.store.open()
+        again.start()
+        assert page.regions["root"] != "painted" and 'id="chat-list"' in page.regions["root"]  # drawn anew
+        assert again.selected == again.store.chats()[0].id
+        again.stop()
+
+
+async def test_the_render_cache_is_forgotten_before_another_account_signs_in_and_at_sign_out(tmp_path: Path) -> None:
+    client, page, auth = await signed_in_with_a_chat(tmp_path)
+    assert page.remembered is not None and page.remembered[0] == client.store.account().user_id  # type: ignore[union-attr]
+    remembered: list[object] = []
+    signin = auth.signin
+
+    async def watched(username: str, password: str, signup: bool):  # type: ignore[no-untyped-def]
+        remembered.append(page.remembered)  # what the cache holds when the other account signs in
+        return await signin(username, password, signup)
+
+    auth.signin = watched  # type: ignore[method-assign]
+    client._status(Status.SIGNED_OUT)
+    await client.dispatch("signin", {"username": "bo", "password": "right one"})
+    await client.dispatch("confirm-replace-account", {})
+    assert remembered == [None]
+    assert page.remembered is not None and page.remembered[0] == client.store.account().user_id  # type: ignore[union-attr]
+    await client.dispatch("confirm-signout", {})
+    assert page.remembered is None
