@@ -67,8 +67,10 @@ async def _store_chunks(writes: Writes) -> None:
     await js.chatHost.persist(json.dumps(writes))
 
 
-async def _request(method: str, path: str, body: Any = None) -> Any:
-    """One JSON request to our own origin; maps failures to the transport's exceptions."""
+async def _request(method: str, path: str, body: Any = None, raw: bool = False) -> Any:
+    """One JSON request to our own origin; maps failures to the transport's exceptions. With
+    ``raw``, a successful answer is given as its text (for pydantic to parse as it validates:
+    a page of /sync/state is the biggest answer there is)."""
     kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin"}
     if body is not None:
         kwargs["body"] = json.dumps(body)
@@ -78,6 +80,8 @@ async def _request(method: str, path: str, body: Any = None) -> Any:
         text = await response.string()
     except Exception as e:  # fetch rejects with a TypeError on any network failure
         raise NetworkError(str(e)) from None
+    if raw and response.status < 400:
+        return text
     data = json.loads(text) if text else None
     if response.status == 401:
         raise Unauthorized((data or {}).get("message", "unauthorized"))
@@ -129,7 +133,7 @@ class BrowserTransport:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:
             query += f"&page={js.encodeURIComponent(page)}"
-        return StateResponse.model_validate(await _request("GET", f"/sync/state?{query}"))
+        return StateResponse.model_validate_json(await _request("GET", f"/sync/state?{query}", raw=True))
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         data = await _request("POST", "/sync/events", {"events": [e.wire() for e in events]})

@@ -193,7 +193,7 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
            JOIN messages m ON m.rowid = b.id JOIN chats c ON c.id = m.chat_id"""
     ).fetchall()
     found += [Hit(r[1], r[2], r[0], marker.snippet(r[4]), r[3]) for r in unindexed if marker.matches_all(r[4])]
-    found.sort(key=lambda hit: hit.at, reverse=True)
+    found.sort(key=lambda hit: (hit.at, hit.message_id or ""), reverse=True)
     found = found[:limit]
     with_messages = {hit.chat_id for hit in found}  # (a title made from a message found says the same)
     titles = conn.execute(
@@ -202,7 +202,7 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
         (query, limit),
     ).fetchall()
     found += [Hit(r[0], r[1], None, marker.snippet(r[1]), r[2]) for r in titles if r[0] not in with_messages]
-    found.sort(key=lambda hit: hit.at, reverse=True)
+    found.sort(key=lambda hit: (hit.at, hit.message_id or ""), reverse=True)
     return found[:limit]
 
 

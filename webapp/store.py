@@ -78,7 +78,7 @@ class FilePersistence:
 # The -wal file is checkpointed into the database file once it is this large: the bigger, the
 # fewer checkpoints, and the more pages each one rewrites.
 CHECKPOINT_WAL_BYTES = 512 * 1024
-SNAPSHOT_WAL_BYTES = 8 * 1024 * 1024  # the same between the pages of a snapshot (see apply_snapshot_page)
+SNAPSHOT_WAL_BYTES = 32 * 1024 * 1024  # the same between the pages of a snapshot (see apply_snapshot_page)
 
 
 def wal_pages(path: str) -> set[int]:

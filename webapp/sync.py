@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable
 from enum import StrEnum
 
-from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, Snapshot
+from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, StateResponse
 from webapp.store import LocalStore, SnapshotProgress
 from webapp.transport import (
     CursorExpiredError,
@@ -172,16 +172,23 @@ class SyncEngine:
         await self._snapshot(resume=False)
 
     async def _snapshot(self, resume: bool) -> None:
-        """Download a snapshot page by page (resuming the one under way when ``resume``)."""
+        """Download a snapshot page by page (resuming the one under way when ``resume``). The
+        next page is asked for as soon as a page names it, so that the server and the network
+        work while this page is stored."""
         progress: SnapshotProgress | None = self.store.snapshot_progress() if resume else None
         resumed = progress is not None  # its page token comes from an earlier session
+        ahead: asyncio.Future[StateResponse] | None = None  # the next page, asked for already
         try:
             while True:
                 if progress is None:
                     page = await self.transport.state(None, None, self._state_page)
                 else:
                     try:
-                        page = await self.transport.state(progress.up_to_seq, progress.next_page, self._state_page)
+                        if ahead is None:
+                            ahead = asyncio.ensure_future(
+                                self.transport.state(progress.up_to_seq, progress.next_page, self._state_page)
+                            )
+                        page = await ahead
                     except CursorExpiredError:  # the events after its upToSeq are gone: start over
                         progress = None
                         continue
@@ -191,7 +198,9 @@ class SyncEngine:
                         progress = None  # the server does not know an earlier session's token (upgraded)
                         continue
                     finally:
-                        resumed = False
+                        resumed, ahead = False, None
+                if page.next_page is not None:
+                    ahead = asyncio.ensure_future(self.transport.state(page.up_to_seq, page.next_page, self._state_page))
                 progress = await self.store.apply_snapshot_page(page, first=progress is None)
                 if progress is not None:
                     self._progress((progress.done, progress.total))
@@ -199,6 +208,9 @@ class SyncEngine:
                 if progress is None:
                     break
         finally:
+            if ahead is not None:  # (its answer, or its failure, is no one's concern now)
+                ahead.cancel()
+                ahead.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._progress(None)
         self._index_later()
 
