@@ -1,0 +1,289 @@
+"""Benchmark: how fast a device catches up, in Chromium (Pyodide) and in CPython.
+
+Run on demand:  .venv/bin/python -m tests.bench.browser_sync [--sizes 10000 50000] [--log-events 10000]
+
+- ``new_device_sync(n)``: an account of ``n`` messages over ``n // 500`` chats (seeded with
+  ``python -m server import``, the server's own append, on a temporary SQLite database); a new
+  browser context signs in, and the time from the click on Sign in until the status says Online
+  (the snapshot downloaded page by page, stored durably in IndexedDB, then the log from its
+  upToSeq and the outbox pushed) gives rows/s. Beside it, in the same run: the time ``curl``
+  (one process per page, ``--compressed``) needs to download the same snapshot pages, the
+  floor the network and the server set. Also when the chat list was first drawn.
+- ``log_catch_up(n)``: the same ``n`` logged events pulled through ``/sync/updates`` and applied
+  by the same code (``SyncEngine.pull`` on the log path into a fresh ``LocalStore``, persisted
+  as a plain file in both places, so only Python and SQLite are compared) in Pyodide in
+  Chromium and in CPython; the ratio is Pyodide's rate over CPython's.
+
+``bench_browser.py`` (the issue's browser benchmark) can call these functions; ``main`` prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from playwright.sync_api import Browser, sync_playwright
+
+from server.config import ROOT
+from shared.models import UpdatesResponse
+from tests.e2e.conftest import playwright_config
+from tests.e2e.pages import open_app, sign
+from tests.processes import Server
+
+PASSWORD = "a long password"
+T0 = 1_764_590_400_000  # 2025-12-01T12:00:00Z, in ms
+WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
+STATUS_ONLINE = "() => document.getElementById('status')?.dataset.state === 'online'"
+
+
+def _time(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _uuid7(ms: int, n: int) -> str:
+    return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x8 << 60) | n))
+
+
+def export_file(messages: int, chats: int) -> str:
+    """An export (shared/transfer.py's format) of ``messages`` messages spread over ``chats``
+    chats, each chat a thread of ~200-character messages, user and assistant in turn."""
+    chat_rows, message_rows, last = [], [], {}
+    for c in range(chats):
+        at = T0 + c
+        chat_rows.append({"id": _uuid7(at, c), "title": f"chat {c}", "createdAt": _time(at), "updatedAt": _time(at), "lastSeq": 0})
+    for m in range(messages):
+        chat = chat_rows[m % chats]["id"]
+        at = T0 + 10_000 + m * 10
+        text = " ".join(WORDS[(m + k) % len(WORDS)] for k in range(36))[:200]
+        message_rows.append({
+            "id": _uuid7(at, 1_000_000 + m), "chatId": chat, "role": "user" if m % 2 == 0 else "assistant",
+            "content": f"{m}: {text}", "parentId": last.get(chat), "status": "completed", "assistantId": None,
+            "runId": None, "createdAt": _time(at), "updatedAt": _time(at), "lastSeq": 0,
+        })  # fmt: skip
+        last[chat] = message_rows[-1]["id"]
+    return json.dumps({"format": "chat-export", "version": 1, "exportedAt": _time(T0), "chats": chat_rows, "messages": message_rows})
+
+
+def seed(database_url: str, username: str, messages: int, chats: int) -> None:
+    """An account with that many chats and messages, through the server's own code."""
+    env = {"CHAT_DATABASE_URL": database_url}
+    run = lambda *args, stdin: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "server", *args], cwd=ROOT, input=stdin, capture_output=True, check=True,
+        env={**__import__("os").environ, **env},
+    )
+    run("add-user", username, stdin=(PASSWORD + "\n").encode())
+    run("import", "--user", username, stdin=export_file(messages, chats).encode())
+
+
+def login(server: Server, username: str) -> str:
+    response = httpx.post(server.url + "/auth/login", json={"username": username, "password": PASSWORD})
+    response.raise_for_status()
+    return str(response.json()["token"])
+
+
+def curl_snapshot(server: Server, token: str, limit: int = 1000) -> tuple[float, int, int]:
+    """Download every page of the snapshot with curl, one process per page: (seconds curl
+    reported in all, rows, bytes over the wire)."""
+    seconds, rows, wire, page, up_to = 0.0, 0, 0, None, None
+    while True:
+        query = f"limit={limit}" + (f"&upToSeq={up_to}&page={urllib.parse.quote(page)}" if page else "")
+        done = subprocess.run(
+            ["curl", "-s", "--compressed", "-H", f"Authorization: Bearer {token}", "-w", "\n%{time_total} %{size_download}",
+             f"{server.url}/sync/state?{query}"],
+            capture_output=True, check=True, text=True,
+        )  # fmt: skip
+        body, _, figures = done.stdout.rpartition("\n")
+        took, size = figures.split()
+        seconds, wire = seconds + float(took), wire + int(size)
+        data = json.loads(body)
+        rows += len(data["snapshot"]["chats"]) + len(data["snapshot"]["messages"])
+        up_to, page = data["upToSeq"], data["nextPage"]
+        if page is None:
+            return seconds, rows, wire
+
+
+@dataclass(frozen=True)
+class SyncFigures:
+    messages: int
+    rows: int
+    seconds: float  # sign-in click until Online
+    list_drawn: float | None  # sign-in click until the chat list had its first chat
+    curl_seconds: float
+    curl_bytes: int
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def new_device_sync(browser: Browser, server: Server, username: str, messages: int) -> SyncFigures:
+    """A new browser context signs in to the account and syncs it (see the module)."""
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.evaluate(
+        """() => { window.benchStart = performance.now(); window.benchList = null;
+            new MutationObserver((_, observer) => {
+              if (document.querySelector('.chat-item')) { window.benchList = performance.now(); observer.disconnect(); }
+            }).observe(document.body, {childList: true, subtree: true}); }"""
+    )
+    page.click("button[value=signin]")
+    page.wait_for_function(STATUS_ONLINE, timeout=600_000, polling=10)
+    end, start, drawn = page.evaluate("() => [performance.now(), window.benchStart, window.benchList]")
+    count = page.evaluate(
+        "code => pyodide.runPythonAsync(code)",
+        "chat_client.store.conn.execute('SELECT (SELECT count(*) FROM confirmed_messages) + (SELECT count(*) FROM confirmed_chats)').fetchone()[0]",
+    )
+    context.close()
+    token = login(server, username)
+    curl_seconds, rows, wire = curl_snapshot(server, token)
+    assert count == rows, (count, rows)
+    return SyncFigures(messages, rows, (end - start) / 1000, None if drawn is None else (drawn - start) / 1000, curl_seconds, wire)
+
+
+CATCH_UP = """
+import json, time
+from webapp.store import FilePersistence, LocalStore
+from webapp import sync
+from webapp.sync import SyncEngine
+from TRANSPORT_MODULE import TRANSPORT
+
+sync.FAR_BEHIND = 10**9  # the log path, however far behind
+
+async def catch_up(path, transport):
+    store = LocalStore(path, FilePersistence())
+    await store.apply_remote([], None)  # it has synced once (an empty account): the log path
+    engine = SyncEngine(store, transport, lambda: None, lambda status: None)
+    start = time.perf_counter()
+    await engine.pull()
+    seconds = time.perf_counter() - start
+    events = store.last_seq()
+    store.close()
+    return seconds, events
+"""
+
+
+class HttpTransport:
+    """The log path's one call, for CPython: as webapp/browser.py's transport makes it (the text
+    read, json.loads, the pydantic model)."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self._client = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"})
+
+    async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
+        response = await self._client.get(f"/sync/updates?afterSeq={after_seq}&limit={limit}")
+        response.raise_for_status()
+        return UpdatesResponse.model_validate(json.loads(response.text))
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True)
+class CatchUpFigures:
+    events: int
+    pyodide_seconds: float
+    cpython_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        """Pyodide's rate over CPython's."""
+        return self.cpython_seconds / self.pyodide_seconds
+
+
+def log_catch_up(browser: Browser, server: Server, username: str) -> CatchUpFigures:
+    """The account's log pulled and applied by the same code in Pyodide and in CPython."""
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    open_app(page)
+    sign(page, username, PASSWORD, signup=False)
+    page.wait_for_function(STATUS_ONLINE, timeout=600_000)
+    code = CATCH_UP.replace("TRANSPORT_MODULE", "webapp.browser").replace("TRANSPORT", "BrowserTransport")
+    code += "\njson.dumps(await catch_up('/tmp/bench-log.db', BrowserTransport()))"
+    pyodide_seconds, pyodide_events = json.loads(page.evaluate("code => pyodide.runPythonAsync(code)", code))
+    context.close()
+
+    namespace: dict[str, Any] = {}
+    exec(CATCH_UP.replace("from TRANSPORT_MODULE import TRANSPORT\n", ""), namespace)
+    token = login(server, username)
+
+    async def cpython() -> tuple[float, int]:
+        transport = HttpTransport(server.url, token)
+        try:
+            with tempfile.TemporaryDirectory() as directory:
+                result: tuple[float, int] = await namespace["catch_up"](f"{directory}/log.db", transport)
+                return result
+        finally:
+            await transport.close()
+
+    # (in a thread of its own: Playwright's sync API keeps an event loop running in this one)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        cpython_seconds, cpython_events = pool.submit(asyncio.run, cpython()).result()
+    assert pyodide_events == cpython_events, (pyodide_events, cpython_events)
+    return CatchUpFigures(cpython_events, pyodide_seconds, cpython_seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
+    parser.add_argument("--log-events", type=int, default=10_000)
+    args = parser.parse_args()
+    data = Path(tempfile.mkdtemp())
+    url = f"sqlite:///{data / 'chat.db'}"
+    chats_of = lambda n: max(1, n // 500)  # noqa: E731
+    for n in args.sizes:
+        seed(url, f"sync{n}", n, chats_of(n))
+    log_chats = max(1, args.log_events // 100)
+    seed(url, "log", args.log_events - log_chats, log_chats)  # (one event a chat or a message)
+    server = Server(url, data / "server.log", rate_limit_per_minute="0")
+    server.start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(**playwright_config.LAUNCH_ARGS)
+            print(f"{time.strftime('%Y-%m-%d')}: a new device's sync, SQLite server, Chromium (sign-in click until Online)")
+            for n in args.sizes:
+                print_sync(new_device_sync(browser, server, f"sync{n}", n))
+            print_catch_up(log_catch_up(browser, server, "log"))
+            browser.close()
+    finally:
+        server.stop()
+
+
+def print_sync(f: SyncFigures) -> None:
+    curl_rate = f.rows / f.curl_seconds
+    drawn = f"{f.list_drawn:.2f} s" if f.list_drawn is not None else "-"
+    print(
+        f"  {f.messages:>6} messages ({f.rows:,} rows): {f.seconds:6.2f} s, {f.rate:8,.0f} rows/s"
+        f"  | chat list drawn after {drawn}"
+        f"  | curl, the same pages: {f.curl_seconds:5.2f} s ({curl_rate:,.0f} rows/s, {f.curl_bytes / 1e6:.1f} MB)"
+        f"  | {f.rate / curl_rate:.2f} x curl",
+        flush=True,
+    )
+
+
+def print_catch_up(c: CatchUpFigures) -> None:
+    print(f"catch-up of {c.events:,} events through the log (/sync/updates + apply)")
+    print(
+        f"  Pyodide in Chromium {c.pyodide_seconds:5.2f} s ({c.events / c.pyodide_seconds:,.0f} events/s)"
+        f"  | CPython {c.cpython_seconds:5.2f} s ({c.events / c.cpython_seconds:,.0f} events/s)"
+        f"  | ratio {c.ratio:.2f} (target >= 0.33)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
