@@ -315,17 +315,18 @@ async function boot() {
   const lockFileURL = new URL("/static/vendor/app-lock.json", location).href; // must be absolute
   const lockText = await (await fetch(lockFileURL)).text();
   const packages = Object.keys(JSON.parse(lockText).packages);
-  const [pyodide, bundle] = await Promise.all([
+  const [pyodide, bundle, files] = await Promise.all([
     startPython(lockFileURL, packages, (name) => step(name)()).then(step("pyodide")),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()).then(step("bundle")),
-    becomeOwner().then(step("owner")),
+    // The database's files, read while Python starts (once this tab owns them).
+    becomeOwner().then(step("owner")).then(() => underIoLock(() => storage.read())).then(step("database read")),
   ]);
   const missing = packages.filter((name) => !pyodide.loadedPackages[name]);
   if (missing.length) throw new Error(`packages failed to load: ${missing.join(", ")}`);
   await unpackBundle(pyodide, bundle, lockText);
   pyodide.FS.mkdirTree("/data");
-  const stored = await underIoLock(() => storage.load(pyodide, "/data"));
-  step("database read")();
+  const stored = await underIoLock(() => storage.install(pyodide, "/data", files));
+  step("database installed")();
   globalThis.chatView = view;
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),

@@ -38,17 +38,17 @@ function open() {
 
 let db = null;
 
-// Reads every stored file into `dir` of Pyodide's FS. Returns {name: size} of what was stored
-// (empty the first time).
-export async function load(pyodide, dir) {
+// Reads every stored file: {name: bytes} (empty the first time). It needs no Pyodide, so that it
+// runs while Python starts.
+export async function read() {
   db = await open();
   const tx = db.transaction(["chunks", "sizes"], "readonly");
   const [names, sizes] = await Promise.all([
     request(tx.objectStore("sizes").getAllKeys()),
     request(tx.objectStore("sizes").getAll()),
   ]);
-  const stored = {};
-  for (const [i, name] of names.entries()) {
+  const files = {};
+  await Promise.all(names.map(async (name, i) => {
     const range = IDBKeyRange.bound([name, 0], [name, Infinity]);
     const [keys, chunks] = await Promise.all([
       request(tx.objectStore("chunks").getAllKeys(range)),
@@ -59,10 +59,19 @@ export async function load(pyodide, dir) {
       const start = index * CHUNK;
       if (start < file.length) file.set(chunks[j].subarray(0, file.length - start), start);
     }
+    files[name] = file;
+  }));
+  return files;
+}
+
+// Puts what read() found into `dir` of Pyodide's FS. Returns {name: size} of what was stored.
+export async function install(pyodide, dir, files) {
+  const stored = {};
+  for (const [name, file] of Object.entries(files)) {
     pyodide.FS.writeFile(`${dir}/${name}`, file);
-    stored[name] = sizes[i];
+    stored[name] = file.length;
   }
-  if (!names.length) await migrateFromIdbfs(pyodide, dir);
+  if (!Object.keys(files).length) await migrateFromIdbfs(pyodide, dir);
   return stored;
 }
 

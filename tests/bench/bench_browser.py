@@ -40,7 +40,7 @@ from tests.processes import Server
 SECTIONS = ("start", "sync", "catchup", "visit", "answer")
 
 # Start-up steps, in the order they end (static/app.js, webapp/browser.py).
-STEPS = ("painted", "owner", "bundle", "python", "pyodide", "database read", "imported", "database opened", "drawn", "interactive")
+STEPS = ("painted", "owner", "bundle", "python", "database read", "pyodide", "database installed", "imported", "database opened", "drawn", "interactive")
 
 READ_MARKS = """() => {
   const marks = {};
@@ -89,6 +89,12 @@ def start_figures(browser: Browser, server: Server, username: str, messages: int
     page.wait_for_function("() => localStorage.getItem('chat-render-current') !== null && document.querySelector('#messages li')")
     page.wait_for_timeout(1500)  # the render cache is saved a second after the screen settles
     _reload(page)  # (warm: the service worker controls the page from here)
+    for _ in range(240):  # what the next start begins from (static/python-start.js), made in workers
+        if page.evaluate("async () => (await (await caches.open('python-start')).keys()).length") == 2:
+            break
+        page.wait_for_timeout(500)
+    else:
+        raise AssertionError("no Python snapshot and bytecode were kept")
     runs = [_reload(page) for _ in range(reloads)]
     missing = [run for run in runs if "painted" not in run]
     assert not missing, f"a reload was not painted from the render cache: {missing[0]}"
