@@ -128,11 +128,23 @@ class SyncFigures:
         return self.rows / self.seconds
 
 
-def new_device_sync(browser: Browser, server: Server, username: str, messages: int) -> SyncFigures:
-    """A new browser context signs in to the account and syncs it (see the module)."""
+# The baseline in the same run: the same client made to replay the whole log instead, as every
+# new device did before the state path.
+LOG_PATH = """
+from webapp import store, sync
+sync.FAR_BEHIND = 10**9
+store.LocalStore.synced_at = lambda self: self._meta("synced_at") or "never, but take the log"
+"""
+
+
+def new_device_sync(browser: Browser, server: Server, username: str, messages: int, log_path: bool = False) -> SyncFigures:
+    """A new browser context signs in to the account and syncs it (see the module); with
+    ``log_path``, through the log (the baseline)."""
     context = browser.new_context(base_url=server.url)
     page = context.new_page()
     open_app(page)
+    if log_path:
+        page.evaluate("code => pyodide.runPythonAsync(code)", LOG_PATH)
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", PASSWORD)
     page.evaluate(
@@ -257,13 +269,17 @@ def main() -> None:
             print(f"{time.strftime('%Y-%m-%d')}: a new device's sync, SQLite server, Chromium (sign-in click until Online)")
             for n in args.sizes:
                 print_sync(new_device_sync(browser, server, f"sync{n}", n))
+                print_sync(new_device_sync(browser, server, f"sync{n}", n, log_path=True), "the same, through the log (before)")
             print_catch_up(log_catch_up(browser, server, "log"))
             browser.close()
     finally:
         server.stop()
 
 
-def print_sync(f: SyncFigures) -> None:
+def print_sync(f: SyncFigures, label: str = "") -> None:
+    if label:
+        print(f"    {label}: {f.seconds:6.2f} s, {f.rate:8,.0f} rows/s", flush=True)
+        return
     curl_rate = f.rows / f.curl_seconds
     drawn = f"{f.list_drawn:.2f} s" if f.list_drawn is not None else "-"
     print(
