@@ -9,6 +9,7 @@ from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
 from server.config import Settings
+from tests.fake_upstream import FakeUpstream
 
 
 @pytest.fixture
@@ -32,3 +33,12 @@ async def signup(client: Client, username: str = "alice") -> dict[str, Any]:
 
 def bearer(session: dict[str, Any]) -> dict[str, str]:
     return {"Authorization": f"Bearer {session['token']}"}
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    """A fake OpenAI-compatible service (tests/fake_upstream.py) for the assistants' runs."""
+    fake = FakeUpstream()
+    server = await fake.start()
+    yield fake
+    server.close()

@@ -44,14 +44,6 @@ def answer_text(words: int) -> str:
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[FakeUpstream]:
-    fake = FakeUpstream()
-    server = await fake.start()
-    yield fake
-    server.close()
-
-
-@pytest.fixture
 async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]:
     app = create_app(run_settings(database_url, upstream))
     async with app.test_app():

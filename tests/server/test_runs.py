@@ -20,14 +20,6 @@ from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, message, new_id
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[FakeUpstream]:
-    fake = FakeUpstream()
-    server = await fake.start()
-    yield fake
-    server.close()
-
-
 def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) -> Settings:
     """The server's settings for these tests: the fake upstream as the assistant "fake"."""
     defaults: dict[str, Any] = {"ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0}
