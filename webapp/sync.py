@@ -77,6 +77,7 @@ class SyncEngine:
         self._socket: LiveSocket | None = None
         self._state_page = state_page
         self._indexer: asyncio.Task[None] | None = None
+        self._running = False
         self.status = Status.CONNECTING
         # While a snapshot downloads: (rows stored, rows in it), shown beside the status.
         self.progress: tuple[int, int | None] | None = None
@@ -97,10 +98,12 @@ class SyncEngine:
     async def run(self) -> None:
         """Sync until signed out. Cancel the task to stop."""
         pusher = asyncio.ensure_future(self._push_loop())
+        self._running = True
         self._index_later()
         try:
             await self._connection_loop()
         finally:
+            self._running = False
             pusher.cancel()
             if self._indexer is not None:
                 self._indexer.cancel()
@@ -220,8 +223,9 @@ class SyncEngine:
             self._on_status(self.status)
 
     def _index_later(self) -> None:
-        """Index for search what a snapshot brought, a slice at a time, in the background."""
-        if self._indexer is None or self._indexer.done():
+        """Index for search what a snapshot brought, a slice at a time, in the background (while
+        ``run`` runs: it stops the indexing with the rest)."""
+        if self._running and (self._indexer is None or self._indexer.done()):
             if self.store.search_backlog():
                 self._indexer = asyncio.ensure_future(self._index_backlog())
 

@@ -7,6 +7,7 @@ progress is shown."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -346,3 +347,25 @@ def test_the_progress_in_words() -> None:
     assert ui.status_text(Status.ONLINE) == "Online"
     assert ui.status_text(Status.CONNECTING, (12_000, 50_000)) == "Syncing… 12,000 of 50,000"
     assert ui.status_text(Status.OFFLINE, (500, None)) == "Syncing… 500"
+
+
+async def test_what_a_snapshot_brought_is_indexed_for_search_in_the_background(
+    app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, writer = await written(app, tmp_path, chats=2, messages=9)
+    monkeypatch.setattr(sync, "INDEX_AFTER_SECONDS", 0)
+    monkeypatch.setattr(sync, "SEARCH_SLICE", 2)
+    device = Device(app, token, tmp_path / "new.db")
+    found = {m.id for m in writer.messages if "word3" in m.content}
+    running = asyncio.ensure_future(device.engine.run())
+    try:
+        for _ in range(250):
+            if device.store.synced_at() is not None and device.store.search_backlog() == 0:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        running.cancel()
+    assert device.store.search_backlog() == 0 and len(device.store.confirmed().messages) == 9
+    assert {h.message_id for h in device.store.search("word3")} == found and found
+    for table in ("messages_fts", "chats_fts"):
+        device.store.conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
