@@ -17,6 +17,7 @@ the page token.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable
 from enum import StrEnum
@@ -31,6 +32,8 @@ from webapp.transport import (
     Transport,
     Unauthorized,
 )
+
+log = logging.getLogger(__name__)
 
 PAGE = 500
 PUSH_BATCH = 100
@@ -123,6 +126,8 @@ class SyncEngine:
                 return
             except (NetworkError, ServerError):
                 self._set_status(Status.OFFLINE)
+            except Exception:  # a bug of ours must not stop syncing for good: logged, tried again later
+                log.exception("sync failed; trying again")
             self._retry_now.clear()
             delay = backoff * (0.5 + random.random() / 2)
             backoff = min(backoff * 2, self._max_backoff)

@@ -217,3 +217,30 @@ async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_o
         await asyncio.gather(run, return_exceptions=True)
         for socket in a.transport.sockets:
             await socket.close()
+
+
+async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, tmp_path: Path) -> None:
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    updates, failures = a.transport.updates, [RuntimeError("a bug of ours")]
+
+    async def failing_once(after_seq: int, limit: int) -> Any:
+        if failures:
+            raise failures.pop()
+        return await updates(after_seq, limit)
+
+    a.transport.updates = failing_once  # type: ignore[method-assign]
+    a.engine._min_backoff = 0.01
+    run = asyncio.ensure_future(a.engine.run())
+    try:
+        chat = await a.new_chat()
+        a.engine.kick()
+        await until(lambda: a.engine.status is Status.ONLINE and not failures, lambda: a.engine.status)
+        await a.say(chat, "after the error")
+        a.engine.kick()
+        await until(lambda: shown(a) == [("after the error", False)], lambda: shown(a))
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        for socket in a.transport.sockets:
+            await socket.close()
