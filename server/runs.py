@@ -332,7 +332,7 @@ class RunWorker:
         reply = next((m for m in messages if m.id == run.message_id), None)
         assistant = self._assistants.get(run.assistant_id)
         if reply is None or reply.status not in ("queued", "streaming"):
-            await self._finish(run, "cancelled", None, False, "stopped before it started")
+            await self._stopped_before_it_started(run, reply)
             return
         if assistant is None:
             error = f"there is no assistant {run.assistant_id!r} on this server"
@@ -340,12 +340,19 @@ class RunWorker:
             await self._finish(run, "failed_upstream", None, False, error)
             return
         if not await self._edit(reply, "streaming", "", run.account_id):
-            await self._finish(run, "cancelled", None, False, "stopped before it started")
+            await self._stopped_before_it_started(run, reply)
             return
         try:
             await self._stream(run, reply, assistant, messages)
         finally:
             await self._ended_stream(run)
+
+    async def _stopped_before_it_started(self, run: Run, reply: Message | None) -> None:
+        """The reply is logged whole, as every run's end is: the Stop's event only patches its
+        status, and a device whose snapshot was taken before the Stop has no row to patch."""
+        if reply is not None:
+            await self._edit(reply, "cancelled", reply.content, run.account_id)  # (refused if deleted)
+        await self._finish(run, "cancelled", None, False, "stopped before it started")
 
     async def _stream(self, run: Run, reply: Message, assistant: Assistant, messages: list[Message]) -> None:
         content, pieces, usage = "", 0, None

@@ -271,3 +271,26 @@ async def test_a_server_shut_down_mid_answer_ends_the_run_at_once(database_url: 
         assert ended is not None and ended["status"] == "failed_upstream" and ended["content"]
         row = await run_row(app, request["payload"]["runId"])
         assert row["status"] == "failed_upstream" and "shut down" in row["error"] and row["completion"] > 0
+
+
+async def test_a_run_stopped_before_it_started_logs_its_reply_whole(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+    """A device that resyncs from a snapshot taken before the Stop has no row for the reply (its
+    lastSeq is after the snapshot's): the log after the Stop must hold the whole message, not only
+    the Stop's status patch."""
+    upstream.delay = 0.02
+    session = await signup(client)
+    chat, question = await a_chat_with_a_question(client, session)
+    first, second = run_request(chat, question), run_request(chat, question)
+    await post(client, session, first, second)
+    await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
+    waiting = second["payload"]
+    [stop] = await post(client, session, event("AssistantRunCancelled", {"runId": waiting["runId"], "messageId": waiting["messageId"]}))
+    assert stop["status"] == "accepted"
+    for _ in range(200):
+        if (await run_row(app, waiting["runId"]))["status"] == "cancelled":
+            break
+        await asyncio.sleep(0.05)
+    assert (await run_row(app, waiting["runId"]))["status"] == "cancelled"
+    after = await client.get(f"/sync/updates?afterSeq={stop['seq']}&limit=1000", headers=bearer(session))
+    whole = [e for e in (await after.get_json())["events"] if e["type"] == "MessageEdited" and e["payload"]["id"] == waiting["messageId"]]
+    assert whole and whole[-1]["payload"]["status"] == "cancelled"
