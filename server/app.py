@@ -33,7 +33,7 @@ from server.help import HOME_NETWORK, help_page
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
 from server.metrics import Metrics
-from server.openapi import DOCS_PAGE, MAX_INT, openapi
+from server.openapi import DEFAULT_LIMIT, DOCS_PAGE, MAX_INT, MAX_LIMIT, MAX_STATE_LIMIT, openapi
 from server.runs import RunWorker, read_runs
 from server.store import (
     CursorExpired,
@@ -68,7 +68,6 @@ HTTP_CODES = {
     422: "invalid_event",
     429: "rate_limited",
 }
-DEFAULT_LIMIT, MAX_LIMIT = 500, 1000
 
 
 class ApiError(Exception):
@@ -390,7 +389,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     async def get_state() -> Response:
         session = await require_session()
         up_to = int_arg(request.args, "upToSeq", None)
-        limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        limit = int_arg(request.args, "limit", DEFAULT_LIMIT, 1, MAX_STATE_LIMIT)
         assert limit is not None
         chat_id = chat_arg()
         try:

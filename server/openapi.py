@@ -16,6 +16,12 @@ from shared.models import (
     UpdatesResponse,
 )
 
+# Page sizes of /sync/updates and /sync/state (server/app.py). A snapshot's pages may be larger: a
+# client storing each page durably writes an index page once per page, so fewer, larger pages
+# store about half the bytes (webapp/sync.py).
+DEFAULT_LIMIT, MAX_LIMIT = 500, 1000
+MAX_STATE_LIMIT = 5000
+
 
 class Error(BaseModel):
     """Every error: a code, and a sentence for a person (plus extra fields for some codes)."""
@@ -103,7 +109,8 @@ def openapi() -> dict[str, Any]:
     ]
     _, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}", by_alias=True)
     seq = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
-    limit = {"type": "integer", "minimum": 1, "maximum": 1000}
+    limit = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
+    state_limit = {"type": "integer", "minimum": 1, "maximum": MAX_STATE_LIMIT}
     sync_security: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
     return {
         "openapi": "3.1.0",
@@ -163,7 +170,7 @@ def openapi() -> dict[str, Any]:
                     "parameters": [
                         _query("upToSeq", seq, "the seq of the snapshot (default: the current seq)"),
                         _query("chatId", {"type": "string", "format": "uuid"}, "one chat only"),
-                        _query("limit", limit, "page size (default 500)"),
+                        _query("limit", state_limit, "page size (default 500)"),
                         _query("page", {"type": "string"}, "the nextPage of the previous page"),
                     ],
                     "responses": _responses(200, _ref("StateResponse"), [400, 401, 403, 410, 429]),

@@ -609,8 +609,9 @@ class LocalStore:
                 cols = table.column_names
                 values = [tuple([getattr(row, c) for c in cols]) for row in rows]
                 marks = ", ".join("?" for _ in cols)
-                conn.executemany(
-                    f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})", values
+                conn.executemany(  # (in id order: the index of ids stays packed)
+                    f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})",
+                    sorted(values, key=lambda row: row[cols.index("id")]),
                 )
                 self._show_rows(conn, table, values)
             if self._pending_ids(conn):
@@ -659,7 +660,9 @@ class LocalStore:
             return
         low = conn.execute("SELECT min(rowid) FROM messages").fetchone()[0]
         start = min(int(low), 1) if low is not None else 1
-        numbered = [(start - 1 - i, *row) for i, row in enumerate(values)]
+        # Inserted in rowid order (the page's oldest first): rows added at the left end of the
+        # table one by one, highest rowid first, left every page of it half full.
+        numbered = [(start - 1 - i, *row) for i, row in enumerate(values)][::-1]
         marks = ", ".join("?" for _ in range(len(cols) + 1))
         # New rows go to the search index's backlog in one statement (a row already there keeps
         # its rowid, and its update trigger notes a change of its text).

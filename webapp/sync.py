@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 
 PAGE = 500
 PUSH_BATCH = 100
-STATE_PAGE = 1000  # rows per page of /sync/state (the server's most)
+# Rows per page of /sync/state: a small first page (the chat list and the latest chat on screen
+# soon), then the server's most (each page is one durable commit, and fewer, larger ones store
+# about half the bytes: an index page is written once per commit however many rows it took).
+FIRST_STATE_PAGE = 500
+STATE_PAGE = 5000
 # A cursor this many events behind the log's head syncs from a snapshot rather than the log.
 FAR_BEHIND = 5000
 SEARCH_SLICE = 1000  # messages a snapshot brought, indexed for search per transaction afterwards
@@ -189,7 +193,7 @@ class SyncEngine:
         try:
             while True:
                 if progress is None:
-                    page = await self.transport.state(None, None, self._state_page)
+                    page = await self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page))
                 else:
                     try:
                         if ahead is None:
