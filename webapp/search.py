@@ -198,11 +198,11 @@ def search(conn: sqlite3.Connection, text: str, limit: int = LIMIT) -> list[Hit]
     with_messages = {hit.chat_id for hit in found}  # (a title made from a message found says the same)
     titles = conn.execute(
         """SELECT c.id, c.title, c.created_at FROM chats_fts JOIN chats c ON c.rowid = chats_fts.rowid
-           WHERE chats_fts MATCH ? ORDER BY c.created_at DESC LIMIT ?""",
+           WHERE chats_fts MATCH ? ORDER BY c.created_at DESC, c.id DESC LIMIT ?""",
         (query, limit),
     ).fetchall()
     found += [Hit(r[0], r[1], None, marker.snippet(r[1]), r[2]) for r in titles if r[0] not in with_messages]
-    found.sort(key=lambda hit: (hit.at, hit.message_id or ""), reverse=True)
+    found.sort(key=lambda hit: (hit.at, hit.message_id or "", hit.chat_id), reverse=True)  # (a fixed order)
     return found[:limit]
 
 

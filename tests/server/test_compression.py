@@ -128,11 +128,13 @@ async def test_versioned_vendor_files_are_immutable_and_the_shell_revalidates(cl
 
 def test_the_pages_load_pyodide_and_idiomorph_from_the_versioned_paths() -> None:
     """The immutable URLs change with the pins: what set-up made is what the pages name."""
-    for name in ("app.js", "python-worker.js"):
+    for name in ("python-start.js", "python-worker.js", "warm-worker.js"):
         text = (STATIC / name).read_text()
         assert f'from "/static/{PYODIDE}/pyodide.mjs"' in text, name
         assert set(re.findall(r"/static/vendor/pyodide/[^/\"'`]*/", text)) == {f"/static/{PYODIDE}/"}, name
-        assert 'stdLibURL: "/static/vendor/python_stdlib.zip"' in text, name  # (no query string: a stable URL)
+        if name != "warm-worker.js":  # (which is given the page's options)
+            assert 'stdLibURL: "/static/vendor/python_stdlib.zip"' in text, name  # (no query string: a stable URL)
+    assert "/static/vendor/pyodide/" not in (STATIC / "app.js").read_text()  # (python-start.js starts it)
     assert f'from "/static/{IDIOMORPH}/idiomorph.esm.js"' in (STATIC / "view.js").read_text()
     setup = (ROOT / "scripts/setup").read_text()
     pins = dict(re.findall(r"^(PYODIDE_VERSION|IDIOMORPH_VERSION)=(\S+)$", setup, re.M))

@@ -61,3 +61,17 @@ def test_a_snippet_marks_the_words_found_around_the_first_and_escapes_the_rest()
     assert _Marker("при").snippet("Привет, мир") == "<mark>Привет</mark>, мир"
     assert _Marker("x").snippet("a x b xy") == "a <mark>x</mark> b xy"  # one letter: a word, not a prefix
     assert _Marker("zzz").snippet("nothing here") == "nothing here"
+
+
+def test_chats_found_by_title_come_in_one_order_whatever_order_they_were_stored_in() -> None:
+    """Two devices with the same chats list them the same (a snapshot stores them in another order
+    than the log does)."""
+    orders = []
+    for ids in (["a", "b", "c"], ["c", "a", "b"]):
+        with tempfile.TemporaryDirectory() as directory:
+            store = LocalStore(f"{directory}/local.db", FilePersistence())
+            for chat_id in ids:  # the same time for all: only the id can order them
+                store.conn.execute("INSERT INTO chats VALUES (?, 'alpha plans', 't', 't', 1)", (chat_id,))
+            orders.append([hit.chat_id for hit in store.search("alpha")])
+            store.close()
+    assert orders[0] == orders[1] and sorted(orders[0]) == ["a", "b", "c"]
