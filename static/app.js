@@ -1,6 +1,7 @@
-// Bootstrap: service worker, Pyodide with our own lock file, the local database's files read
-// from IndexedDB (static/storage.js), then our Python (webapp.browser.main). Everything is served
-// from this origin; nothing from a CDN.
+// Bootstrap (after static/paint.js has painted the last screen): Pyodide with our own lock file
+// (static/python-start.js), the local database's files read from IndexedDB beside it
+// (static/storage.js), then our Python (webapp.browser.main), then the service worker. Everything
+// is served from this origin; nothing from a CDN.
 import { startPython, unpackBundle, warmNextStart } from "/static/python-start.js";
 import * as storage from "/static/storage.js";
 import * as view from "/static/view.js";
@@ -263,22 +264,17 @@ function wireEvents() {
     // Cleared now, not after Python has saved it: what the user types next goes in a clean box
     // (the text only: the assistant chosen stays chosen). The message supersedes its draft.
     // Before Python is ready the text stays in the box until it has been sent.
-    if (form.hasAttribute("data-reset") && !globalThis.chatDispatch) {
-      const box = form.querySelector("textarea");
+    if (!form.hasAttribute("data-reset")) return;
+    const clear = (box) => {
+      draftsWanted.delete(box.dataset.chat);
+      box.value = "";
+      view.fitComposer(box);
+    };
+    form.querySelectorAll("textarea").forEach((box) => {
+      if (globalThis.chatDispatch) return clear(box);
       const text = box.value;
-      sent.then(() => {
-        if (box.value !== text) return;
-        draftsWanted.delete(box.dataset.chat);
-        box.value = "";
-        view.fitComposer(box);
-      });
-    } else if (form.hasAttribute("data-reset")) {
-      form.querySelectorAll("textarea").forEach((box) => {
-        draftsWanted.delete(box.dataset.chat);
-        box.value = "";
-        view.fitComposer(box);
-      });
-    }
+      sent.then(() => box.value === text && clear(box));
+    });
   });
   document.addEventListener("keydown", (e) => {
     if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
@@ -316,7 +312,7 @@ async function boot() {
   const lockText = await (await fetch(lockFileURL)).text();
   const packages = Object.keys(JSON.parse(lockText).packages);
   const [pyodide, bundle, files] = await Promise.all([
-    startPython(lockFileURL, packages, (name) => step(name)()).then(step("pyodide")),
+    startPython(lockFileURL, packages, mark).then(step("pyodide")),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()).then(step("bundle")),
     // The database's files, read while Python starts (once this tab owns them).
     becomeOwner().then(step("owner")).then(() => underIoLock(() => storage.read())).then(step("database read")),
@@ -326,7 +322,7 @@ async function boot() {
   await unpackBundle(pyodide, bundle, lockText);
   pyodide.FS.mkdirTree("/data");
   const stored = await underIoLock(() => storage.install(pyodide, "/data", files));
-  step("database installed")();
+  mark("database installed");
   globalThis.chatView = view;
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),
@@ -337,14 +333,16 @@ async function boot() {
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");
   storage.forgetLegacy(); // (main() stored everything as chunks)
   document.body.dataset.ready = "true";
-  step("interactive")();
+  mark("interactive");
   pythonStarted();
   setTimeout(() => warmNextStart(pyodide).catch((e) => console.warn("next start", e)), 2000);
 }
 
-// Start-up steps as performance marks ("chat:<name>"), which tests/bench/bench_browser.py reads.
+// Start-up steps as performance marks ("chat:<name>"), which tests/bench/bench_browser.py reads;
+// step(name) marks as a promise's value goes by.
+const mark = (name) => performance.mark(`chat:${name}`);
 const step = (name) => (value) => {
-  performance.mark(`chat:${name}`);
+  mark(name);
   return value;
 };
 

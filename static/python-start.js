@@ -33,7 +33,7 @@ const opened = globalThis.caches ? caches.open(CACHE).catch(() => null) : Promis
 const wanted = { snapshot: false, bytecode: null };
 
 // Pyodide with our wheels loaded, from the snapshot when there is one.
-export async function startPython(lockFileURL, packages, step) {
+export async function startPython(lockFileURL, packages, mark) {
   const options = { indexURL: PYODIDE_URL, stdLibURL: "/static/vendor/python_stdlib.zip", lockFileURL };
   const cache = await opened;
   const saved = cache && await cache.match(SNAPSHOT_KEY);
@@ -56,7 +56,7 @@ export async function startPython(lockFileURL, packages, step) {
     pyodide = await loadPyodide(options);
   }
   document.body.dataset.python = saved ? "snapshot" : "fresh"; // (for the tests)
-  step("python");
+  mark("python");
   await pyodide.loadPackage(packages, { messageCallback: () => {} });
   wanted.options = { indexURL: PYODIDE_URL, stdLibURL: options.stdLibURL, lockFileURL }; // (loadPyodide adds to its own)
   wanted.packages = packages;

@@ -96,8 +96,11 @@ def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_k
     expect(messages).not_to_contain_text("The chat that was open")
     box.press_sequentially(", and after")
     expect(page.get_by_role("navigation", name="Chats")).to_contain_text("Draft")
+    page.wait_for_function(  # (saved as the chat's draft: in the database)
+        """() => pyodide.runPython("chat_client.store.draft(chat_client.selected)") === 'typed before Python, and after'"""
+    )
 
-    # ...and saved as the chat's draft: after a reload it is there, from the database.
+    # ...so that after a reload it is there.
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     expect(page.get_by_role("textbox", name="Message")).to_have_value("typed before Python, and after")
