@@ -13,8 +13,8 @@ import functools
 import logging
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -292,11 +292,17 @@ class SqliteDatabase:
                 if write:
                     self._committed()
             return
-        conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
-        try:
+        with self._reader() as conn:
             conn.execute("BEGIN")
             async with self._statements(conn, slow) as tx:
                 yield tx
+
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A read connection of the pool (a new one when none is idle), given back after."""
+        conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
+        try:
+            yield conn
         finally:
             if self._writer is not None and len(self._readers) < IDLE_READERS:
                 self._readers.append(conn)
@@ -322,15 +328,9 @@ class SqliteDatabase:
                 return await tx.fetchone(sql, *params)
         if self._writer is None:
             raise DatabaseUnavailable("the database is not open")
-        conn = self._readers.pop() if self._readers else self._connect(BUSY_TIMEOUT_MS)
-        try:
+        with self._reader() as conn:
             row: Row | None = conn.execute(sql, params).fetchone()  # (one statement: its own snapshot)
             return row
-        finally:
-            if self._writer is not None and len(self._readers) < IDLE_READERS:
-                self._readers.append(conn)
-            else:
-                conn.close()
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------

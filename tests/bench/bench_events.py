@@ -91,24 +91,29 @@ def ensure_wrk() -> str:
     return shutil.which("wrk") or "wrk"
 
 
-def run_wrk(wrk: str, url: str, tokens: list[str], path: str, batch: int, seconds: int) -> float:
-    """Requests per second, as wrk measured them."""
-    script = LUA % {"tokens": ", ".join(f'"{t}"' for t in tokens), "batch": batch, "path": path}
+def wrk_run(wrk: str, url: str, script: str, connections: int, seconds: int, report: str) -> re.Match[str]:
+    """Runs wrk with this Lua script; the match of ``report`` in its output (it must succeed)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     try:
         done = subprocess.run(
-            [wrk, f"-t{CONCURRENCY}", f"-c{CONCURRENCY}", f"-d{seconds}s", "-s", f.name, url],
+            [wrk, f"-t{connections}", f"-c{connections}", f"-d{seconds}s", "-s", f.name, url],
             capture_output=True,
             text=True,
             timeout=seconds + 60,
         )
     finally:
         os.unlink(f.name)
-    match = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    match = re.search(report, done.stdout)
     if done.returncode != 0 or match is None or "Non-2xx" in done.stdout or "error" in done.stderr.lower():
         raise RuntimeError(f"wrk failed:\n{done.stdout}\n{done.stderr}")
-    return float(match.group(1))
+    return match
+
+
+def run_wrk(wrk: str, url: str, tokens: list[str], path: str, batch: int, seconds: int) -> float:
+    """Requests per second, as wrk measured them."""
+    script = LUA % {"tokens": ", ".join(f'"{t}"' for t in tokens), "batch": batch, "path": path}
+    return float(wrk_run(wrk, url, script, CONCURRENCY, seconds, r"Requests/sec:\s+([\d.]+)").group(1))
 
 
 async def raw_commit_rate(url: str, seconds: float) -> float:
@@ -221,22 +226,9 @@ def run_mixed(wrk: str, url: str, tokens: list[str], writers: int, round_no: int
         "round": round_no,
         "head": current_seq(url, tokens[0]),  # the pollers start from there
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(script)
     cpu = cpu_seconds(pid)
-    try:
-        done = subprocess.run(
-            [wrk, f"-t{len(tokens)}", f"-c{len(tokens)}", f"-d{seconds}s", "-s", f.name, url],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 60,
-        )
-    finally:
-        os.unlink(f.name)
+    match = wrk_run(wrk, url, script, len(tokens), seconds, r"BENCH (\d+) (\d+) (\d+) ([\d.]+)")
     cpu = cpu_seconds(pid) - cpu
-    match = re.search(r"BENCH (\d+) (\d+) (\d+) ([\d.]+)", done.stdout)
-    if done.returncode != 0 or match is None or "Non-2xx" in done.stdout or "error" in done.stderr.lower():
-        raise RuntimeError(f"wrk failed:\n{done.stdout}\n{done.stderr}")
     writes, polls, received, elapsed = (float(g) for g in match.groups())
     return {
         "events": writes / elapsed,
