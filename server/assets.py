@@ -104,6 +104,7 @@ class Assets:
         ]  # fmt: skip
         bundle = python_bundle()
         digest = hashlib.sha256(bundle)
+        bundle_etag = digest.hexdigest()[:32]  # (the bundle's own; the version goes on to the files)
         for name in files:
             digest.update(name.encode())
             digest.update(hashlib.sha256((static_dir / name).read_bytes()).digest())
@@ -112,7 +113,7 @@ class Assets:
         return cls(
             static_dir=static_dir,
             bundle=bundle,
-            bundle_etag=hashlib.sha256(bundle).hexdigest()[:32],
+            bundle_etag=bundle_etag,
             precache=tuple(urls),
             version=version,
         )
