@@ -35,7 +35,19 @@ class Server:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        for _ in range(3):
+            if self._start():
+                return
+            # The port was free when chosen, and taken since (by another process's outgoing
+            # connection, say, which draws from the same range): another one.
+            self.port = free_port()
+            self.url = f"{self.scheme}://127.0.0.1:{self.port}"
+        raise RuntimeError(f"no free port: {self.log.read_text()[-2000:]}")
+
+    def _start(self) -> bool:
+        """Start the server; False when its port turned out to be taken."""
         env = {**os.environ, **self.settings, "CHAT_PORT": str(self.port), "CHAT_DATABASE_URL": self.database_url}
+        logged = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server", "serve"], cwd=ROOT, env=env, stdout=log, stderr=log
@@ -43,11 +55,14 @@ class Server:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.log.read_text()[-2000:]}")
+                output = self.log.read_bytes()[logged:].decode(errors="replace")
+                if "Address already in use" in output:
+                    return False
+                raise RuntimeError(f"the server exited: {output[-2000:]}")
             try:
                 # (A test's certificate is its own: not checked here.)
                 urllib.request.urlopen(self.url + "/healthz", timeout=1, context=ssl._create_unverified_context())
-                return
+                return True
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"the server did not start: {self.log.read_text()[-2000:]}")

@@ -28,9 +28,9 @@ PASSWORD = "a long password"
 
 @pytest.fixture(scope="module")
 def slow_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server whose demo model takes about 8 s over an answer: time to cut the network."""
+    """A server whose demo model takes about 4 s over an answer: time to cut the network."""
     data = tmp_path_factory.mktemp("assistants")
-    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", demo_seconds_per_word="0.1")
+    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", demo_seconds_per_word="0.05")
     server.start()
     yield server
     server.stop()
