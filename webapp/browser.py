@@ -69,20 +69,20 @@ async def _store_chunks(writes: Writes) -> None:
 
 async def _request(method: str, path: str, body: Any = None, raw: bool = False) -> Any:
     """One JSON request to our own origin; maps failures to the transport's exceptions. With
-    ``raw``, a successful answer is given as its text (for pydantic to parse as it validates:
-    a page of /sync/state is the biggest answer there is)."""
+    ``raw``, a successful answer is given as its bytes (for pydantic to parse as it validates,
+    without decoding them to a string first: a page of /sync/state is the biggest answer there is)."""
     kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin"}
     if body is not None:
         kwargs["body"] = json.dumps(body)
         kwargs["headers"] = {"Content-Type": "application/json"}
     try:
         response = await pyfetch(path, **kwargs)
-        text = await response.string()
+        body_bytes = await response.bytes()
     except Exception as e:  # fetch rejects with a TypeError on any network failure
         raise NetworkError(str(e)) from None
     if raw and response.status < 400:
-        return text
-    data = json.loads(text) if text else None
+        return body_bytes
+    data = json.loads(body_bytes) if body_bytes else None
     if response.status == 401:
         raise Unauthorized((data or {}).get("message", "unauthorized"))
     if response.status == 410:

@@ -45,8 +45,14 @@ class ChunkPersistence:
         size, header = _size(self._wal), _header(self._wal)
         start = self._wal_stored if header == self._wal_header and size >= self._wal_stored and not self._everything else 0
         writes.append((os.path.basename(self._wal), _chunks(start, size)))
-        await self._write(writes)
+        # The next flush goes on from here, even if it is asked before this one is stored (the
+        # writes are stored in the order asked); if this one fails, the next stores everything.
         self._everything, self._wal_stored, self._wal_header = False, size, header
+        try:
+            await self._write(writes)
+        except BaseException:
+            self._everything = True
+            raise
 
 
 def _chunks(start: int, end: int) -> list[int]:

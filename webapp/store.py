@@ -1,10 +1,15 @@
 """The local database: confirmed state, the pending overlay, the outbox, the sync cursor.
 
-Two copies of the state tables (one ``shared`` schema):
-  ``confirmed_chats``/``confirmed_messages``: exactly the server's state at ``last_seq``;
-  ``chats``/``messages``: what the UI shows, the confirmed state with the pending events on top.
-Remote events change both; a rejection or a full resync rebuilds the shown tables from the
-confirmed ones plus the outbox, so nothing pending is lost and nothing rejected survives.
+The state tables (one ``shared`` schema) hold each row once:
+  ``chats``/``messages``: what the UI shows, the confirmed state with the pending events on top;
+  ``overlaid``: the rows the pending events made or changed there (by table and id);
+  ``confirmed_chats``/``confirmed_messages``: the server's version of those rows (none when the
+  server has none), kept aside while they are overlaid.
+So the server's state at ``last_seq`` is the shown rows that are not overlaid, plus the confirmed
+ones (``confirmed()``). A remote event changes the server's version of a row wherever it is; then
+the overlay is put back on top (``_reapply_overlay``: the overlaid rows restored, the outbox run
+again), so nothing pending is lost and nothing rejected survives. A row no pending event touches
+is stored once, which is what a device syncing a large account writes.
 
 Every write is one SQLite transaction followed by ``Persistence.flush()``; a change counts as
 saved (and may reach the network) only once that has returned.
@@ -12,9 +17,11 @@ saved (and may reach the network) only once that has returned.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,8 +40,8 @@ from shared.models import (
     StateResponse,
     format_time,
 )
-from shared.reducer import PENDING_SEQ, apply
-from shared.schema import CHATS, MESSAGES, Sql, Table
+from shared.reducer import PENDING_SEQ, DeleteChildren, Upsert, apply
+from shared.schema import CHATS, MESSAGES, TABLES, Sql, Table
 from shared.thread import ROOT, Link, children
 from webapp import search as fulltext
 from webapp.transport import RunInfo
@@ -78,7 +85,12 @@ class FilePersistence:
 # The -wal file is checkpointed into the database file once it is this large: the bigger, the
 # fewer checkpoints, and the more pages each one rewrites.
 CHECKPOINT_WAL_BYTES = 512 * 1024
-SNAPSHOT_WAL_BYTES = 32 * 1024 * 1024  # the same between the pages of a snapshot (see apply_snapshot_page)
+# The same while a snapshot is downloaded (see apply_snapshot_page), and for a second after it: the
+# writes on the way to being online (the log after the snapshot, the outbox) do not checkpoint
+# the many megabytes it left in the -wal, the first one after that does (the search index's
+# first slice, webapp/sync.py, in the background).
+SNAPSHOT_WAL_BYTES = 64 * 1024 * 1024
+SNAPSHOT_SETTLE_SECONDS = 1.0
 
 
 def wal_pages(path: str) -> set[int]:
@@ -222,6 +234,26 @@ def _migration_8(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP INDEX IF EXISTS {index}")
 
 
+def _migration_9(conn: sqlite3.Connection) -> None:
+    """Each row once: the confirmed tables keep only the rows the pending overlay changed (a
+    pending event gives every row it writes PENDING_SEQ, so a row whose lastSeq differs between
+    the two copies, or that one of them lacks, is overlaid), and ``overlaid`` names them. A
+    snapshot downloaded into a device that had state notes its rows' ids in ``snapshot_ids``."""
+    conn.execute("CREATE TABLE overlaid (tbl TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID")
+    conn.execute("CREATE TABLE snapshot_ids (tbl TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID")
+    for table in ("chats", "messages"):
+        confirmed = "confirmed_" + table
+        conn.execute(
+            f"""INSERT OR IGNORE INTO overlaid SELECT '{table}', s.id FROM {table} s WHERE NOT EXISTS
+                (SELECT 1 FROM {confirmed} c WHERE c.id = s.id AND c.last_seq = s.last_seq)"""
+        )
+        conn.execute(
+            f"""INSERT OR IGNORE INTO overlaid SELECT '{table}', c.id FROM {confirmed} c WHERE NOT EXISTS
+                (SELECT 1 FROM {table} s WHERE s.id = c.id AND s.last_seq = c.last_seq)"""
+        )
+        conn.execute(f"DELETE FROM {confirmed} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -232,11 +264,12 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0006_search", _migration_6),
     ("0007_search_backlog", _migration_7),
     ("0008_confirmed_indexes", _migration_8),
+    ("0009_rows_once", _migration_9),
 ]
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
     "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
-    "rejected_events", "branch_choices",
+    "rejected_events", "branch_choices", "overlaid", "snapshot_ids",
 )  # fmt: skip
 
 
@@ -258,6 +291,8 @@ class LocalStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         self._conn: sqlite3.Connection | None = conn
         self._searchable = False  # (until the migration that makes the index has run)
+        self._storing: list[asyncio.Future[None]] = []  # a snapshot's pages on their way to storage
+        self._settled_at = 0.0  # (time.monotonic()) when a snapshot's -wal may be checkpointed
         self._migrate()
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -298,10 +333,66 @@ class LocalStore:
         self._searchable = True
 
     @staticmethod
-    def _run(conn: sqlite3.Connection, sql: Sql, event: DomainEvent) -> None:
+    def _overlay(conn: sqlite3.Connection, event: DomainEvent) -> None:
+        """A pending event onto the shown rows; the server's version of each row it touches is
+        kept aside first (unless the row is overlaid already: then it is kept already)."""
         for mutation in apply(event):
-            statement, params = sql.mutation(mutation)
+            table = TABLES[mutation.table]
+            cols = ", ".join(table.column_names)
+            if isinstance(mutation, DeleteChildren):
+                where, value = f"{mutation.column} = ?", mutation.value
+            else:
+                where, value = "id = ?", mutation.id if not isinstance(mutation, Upsert) else mutation.row["id"]
+            fresh = f"{where} AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table.name}')"
+            conn.execute(f"INSERT INTO {CONFIRMED.name(table)} ({cols}) SELECT {cols} FROM {table.name} WHERE {fresh}", (value,))
+            if isinstance(mutation, DeleteChildren):
+                conn.execute(f"INSERT OR IGNORE INTO overlaid SELECT '{table.name}', id FROM {table.name} WHERE {where}", (value,))
+            else:
+                conn.execute("INSERT OR IGNORE INTO overlaid VALUES (?, ?)", (table.name, value))
+            statement, params = SHOWN.mutation(mutation)
             conn.execute(statement, params)
+
+    @staticmethod
+    def _confirm(conn: sqlite3.Connection, event: LoggedEvent, overlaid: set[tuple[str, str]]) -> None:
+        """A logged event onto the server's version of each row: the shown row, or the one kept
+        aside when the row is ``overlaid`` (the overlay goes back on top afterwards)."""
+        for mutation in apply(event):
+            if isinstance(mutation, DeleteChildren):
+                statement, params = CONFIRMED.mutation(mutation)
+                conn.execute(statement, params)
+                statement, params = SHOWN.mutation(mutation)
+                if overlaid:
+                    statement += f" AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{mutation.table}')"
+                conn.execute(statement, params)
+                continue
+            row_id = mutation.row["id"] if isinstance(mutation, Upsert) else mutation.id
+            statement, params = (CONFIRMED if (mutation.table, row_id) in overlaid else SHOWN).mutation(mutation)
+            conn.execute(statement, params)
+
+    @staticmethod
+    def _overlaid(conn: sqlite3.Connection) -> set[tuple[str, str]]:
+        return {(r[0], r[1]) for r in conn.execute("SELECT tbl, id FROM overlaid")}
+
+    def _reapply_overlay(self, conn: sqlite3.Connection) -> None:
+        """Shown state := confirmed state + every pending event, in order. Only the overlaid rows
+        change: each is put back as the server has it (a row restored keeps its rowid, and its
+        search entry unless its text differs), then the outbox runs again."""
+        for table in (CHATS, MESSAGES):
+            cols = table.column_names
+            shown, confirmed = table.name, CONFIRMED.name(table)
+            conn.execute(
+                f"""DELETE FROM {shown} WHERE id IN (SELECT id FROM overlaid WHERE tbl = '{shown}')
+                    AND id NOT IN (SELECT id FROM {confirmed})"""
+            )
+            updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
+            conn.execute(
+                f"""INSERT INTO {shown} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM {confirmed} WHERE true
+                    ON CONFLICT (id) DO UPDATE SET {updates}"""
+            )
+            conn.execute(f"DELETE FROM {confirmed}")
+        conn.execute("DELETE FROM overlaid")
+        for pending in self._pending_events(conn):
+            self._overlay(conn, pending)
 
     def _meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -319,8 +410,10 @@ class LocalStore:
         commits) and persist that."""
         await self._persistence.flush(self._checkpoint())
 
-    async def _durable(self, wal_bytes: int = CHECKPOINT_WAL_BYTES) -> None:
+    async def _durable(self, wal_bytes: int | None = None) -> None:
         """Called after every write transaction: persist it, checkpointing when the -wal is big."""
+        if wal_bytes is None:
+            wal_bytes = CHECKPOINT_WAL_BYTES if time.monotonic() >= self._settled_at else SNAPSHOT_WAL_BYTES
         big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > wal_bytes
         await self._persistence.flush(self._checkpoint() if big else None)
 
@@ -412,14 +505,14 @@ class LocalStore:
                 rewritten = first.model_copy(update={"payload": event.payload})
                 conn.execute("UPDATE pending_events SET body = ? WHERE id = ?", (json.dumps(rewritten.wire()), queued[0]["id"]))
                 conn.execute("DELETE FROM pending_events WHERE entity_id = ? AND id > ?", (entity, queued[0]["id"]))
-                self._run(conn, SHOWN, event)
+                self._overlay(conn, event)
             elif first is not None and event.type in DELETES and first.type in CREATES:
                 conn.execute("DELETE FROM pending_events WHERE entity_id = ?", (entity,))
                 if event.type is EventType.CHAT_DELETED:  # and what was queued inside the chat
                     for row in conn.execute("SELECT id, body FROM pending_events").fetchall():
                         if json.loads(row["body"])["payload"].get("chatId") == entity:
                             conn.execute("DELETE FROM pending_events WHERE id = ?", (row["id"],))
-                self._rebuild_shown(conn)
+                self._reapply_overlay(conn)
             else:
                 self._queue(conn, event)
         await self._durable()
@@ -430,7 +523,7 @@ class LocalStore:
             "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
             (event.event_id, event.entity_id(), json.dumps(event.wire())),
         )
-        self._run(conn, SHOWN, event)
+        self._overlay(conn, event)
 
     @staticmethod
     def _show_new_branch(conn: sqlite3.Connection, event: DomainEvent) -> None:
@@ -519,7 +612,7 @@ class LocalStore:
                     )
             changed = self._drop_logged(conn) or rejected
             if changed:
-                self._rebuild_shown(conn)
+                self._reapply_overlay(conn)
         await self._durable()
         return changed
 
@@ -539,11 +632,11 @@ class LocalStore:
         applied = 0
         with self._transaction() as conn:
             cursor = self.last_seq()
+            overlaid = self._overlaid(conn)
             for event in events:
                 if event.seq <= cursor:
                     continue
-                self._run(conn, CONFIRMED, event)
-                self._run(conn, SHOWN, event)
+                self._confirm(conn, event, overlaid)
                 # Our own event, back from the log (maybe before the push's answer): it is
                 # confirmed now, so it leaves the overlay.
                 conn.execute("DELETE FROM pending_events WHERE event_id = ?", (event.event_id,))
@@ -553,24 +646,21 @@ class LocalStore:
                 cursor = max(cursor, current_seq)  # compaction may have skipped superseded seqs
             self._set_meta(conn, "last_seq", str(cursor))
             self._set_meta(conn, "synced_at", self._now())
-            if self._drop_logged(conn):
-                self._rebuild_shown(conn)
-            elif applied:
-                for pending in self._pending_events(conn):
-                    self._run(conn, SHOWN, pending)
+            if self._drop_logged(conn) or (applied and overlaid):
+                self._reapply_overlay(conn)
         await self._durable()
         return applied
 
     async def replace(self, snapshot: Snapshot, up_to_seq: int) -> None:
         """Full resync: the confirmed state becomes exactly ``snapshot`` (replace, never merge)."""
         with self._transaction() as conn:
-            for table, rows in ((CHATS, snapshot.chats), (MESSAGES, snapshot.messages)):
-                conn.execute(f"DELETE FROM {CONFIRMED.name(table)}")
-                self._insert_rows(conn, CONFIRMED.name(table), table, [r.model_dump() for r in rows])
+            conn.execute("DELETE FROM snapshot_ids")
+            self._store_snapshot(conn, snapshot, note_ids=True)
+            self._drop_unlisted(conn)
             self._set_meta(conn, "last_seq", str(up_to_seq))
             self._set_meta(conn, "synced_at", self._now())
             self._drop_logged(conn)
-            self._rebuild_shown(conn)
+            self._reapply_overlay(conn)
         await self._durable()
 
     # --- a snapshot, page by page (webapp/sync.py: the state path) ------------------------------
@@ -581,66 +671,95 @@ class LocalStore:
         return None if raw is None else SnapshotProgress(**json.loads(raw))
 
     async def apply_snapshot_page(self, page: StateResponse, first: bool) -> SnapshotProgress | None:
-        """Take one page of ``GET /sync/state`` in one durable transaction: its rows go into the
-        confirmed tables (the first page empties them: replace, never merge) and into the shown
-        ones, with the pending overlay put back on top, so what arrived can be shown at once.
-        Until the last page the cursor does not move and ``snapshot_progress`` says where the
-        download is (``page.up_to_seq`` and the next page), so that an interrupted snapshot is
-        resumed or started over, never taken for complete. The last page moves the cursor to
-        ``up_to_seq`` and makes the shown state exactly confirmed + overlay. Returns the
+        """Take one page of ``GET /sync/state`` in one durable transaction: its rows become the
+        server's version of theirs (replace, never merge), with the pending overlay put back on
+        top, so what arrived can be shown at once. Until the last page the cursor does not move
+        and ``snapshot_progress`` says where the download is (``page.up_to_seq`` and the next
+        page), so that an interrupted snapshot is resumed or started over, never taken for
+        complete. The last page moves the cursor to ``up_to_seq``; on a device that had state,
+        the rows no page held go then (``snapshot_ids`` notes the ones that came). Returns the
         progress, or None when the snapshot is complete."""
         before = self.snapshot_progress()
         with self._transaction(defer_index=True) as conn:
             if first:
-                # The shown tables hold only what the overlay made (a new device): each page's
-                # rows can simply be added. Otherwise (a resync, a snapshot started over) rows
-                # that are no longer the server's go when the last page has come.
+                # A new device holds only what the overlay made: each page's rows are simply
+                # added, and nothing needs to be noted for the end.
                 fresh = before is None and self.last_seq() == 0 and not self._has_confirmed(conn)
-                for table in (CHATS, MESSAGES):
-                    conn.execute(f"DELETE FROM {CONFIRMED.name(table)}")
+                conn.execute("DELETE FROM snapshot_ids")
                 progress = SnapshotProgress(page.up_to_seq, page.next_page, 0, page.total, fresh)
             else:
                 assert before is not None and before.up_to_seq == page.up_to_seq
                 progress = before
-            chats, messages = page.snapshot.chats, page.snapshot.messages
-            for table, rows in ((CHATS, chats), (MESSAGES, messages)):
-                if not rows:
-                    continue
-                cols = table.column_names
-                values = [tuple([getattr(row, c) for c in cols]) for row in rows]
-                marks = ", ".join("?" for _ in cols)
-                conn.executemany(  # (in id order: the index of ids stays packed)
-                    f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})",
-                    sorted(values, key=lambda row: row[cols.index("id")]),
-                )
-                self._show_rows(conn, table, values)
-            if self._pending_ids(conn):
-                for pending in self._pending_events(conn):
-                    self._run(conn, SHOWN, pending)
-            done = progress.done + len(chats) + len(messages)
+            self._store_snapshot(conn, page.snapshot, note_ids=not progress.fresh)
+            done = progress.done + len(page.snapshot.chats) + len(page.snapshot.messages)
+            dropped = False
             if page.next_page is not None:
                 progress = SnapshotProgress(progress.up_to_seq, page.next_page, done, progress.total, progress.fresh)
                 self._set_meta(conn, "snapshot", json.dumps(progress.__dict__))
             else:
                 conn.execute("DELETE FROM meta WHERE key = 'snapshot'")
+                if not progress.fresh:
+                    self._drop_unlisted(conn)
                 self._set_meta(conn, "last_seq", str(page.up_to_seq))
                 self._set_meta(conn, "synced_at", self._now())
-                if self._drop_logged(conn) or not progress.fresh:
-                    self._rebuild_shown(conn)
-        # Between pages the -wal may grow further: a checkpoint rewrites the pages it holds once,
-        # however often they changed (the last page checkpoints as every write does).
-        await self._durable(CHECKPOINT_WAL_BYTES if page.next_page is None else SNAPSHOT_WAL_BYTES)
-        return progress if page.next_page is not None else None
+                dropped = self._drop_logged(conn)
+            if dropped or conn.execute("SELECT 1 FROM overlaid LIMIT 1").fetchone() is not None:
+                self._reapply_overlay(conn)
+        if page.next_page is not None:
+            # A page is the server's data, not the user's: the next one is taken while it is
+            # stored. Storage keeps the order of writes, each with the files as a commit left
+            # them (the stored copy is always one SQLite committed, at worst an earlier page).
+            # Between pages the -wal may grow further: a checkpoint rewrites the pages it holds
+            # once, however often they changed.
+            self._storing.append(asyncio.ensure_future(self._durable(SNAPSHOT_WAL_BYTES)))
+            return progress
+        self._settled_at = time.monotonic() + SNAPSHOT_SETTLE_SECONDS
+        await self._durable()
+        storing, self._storing = self._storing, []
+        for stored in storing:  # (every page stored, or the error of one that was not)
+            await stored
+        return None
+
+    def _store_snapshot(self, conn: sqlite3.Connection, snapshot: Snapshot, note_ids: bool) -> None:
+        """Rows of a snapshot as the server's version of theirs: shown, or kept aside for the rows
+        the overlay changed; with ``note_ids``, their ids into ``snapshot_ids``."""
+        overlaid = self._overlaid(conn)
+        for table, rows in ((CHATS, snapshot.chats), (MESSAGES, snapshot.messages)):
+            cols = table.column_names
+            values = [tuple([getattr(row, c) for c in cols]) for row in rows]  # (``id`` leads every table)
+            if note_ids:
+                conn.executemany("INSERT OR IGNORE INTO snapshot_ids VALUES (?, ?)", [(table.name, v[0]) for v in values])
+            if overlaid:
+                aside = [v for v in values if (table.name, v[0]) in overlaid]
+                values = [v for v in values if (table.name, v[0]) not in overlaid]
+                marks = ", ".join("?" for _ in cols)
+                conn.executemany(f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})", aside)
+            if values:
+                self._show_rows(conn, table, values)
+
+    @staticmethod
+    def _drop_unlisted(conn: sqlite3.Connection) -> None:
+        """The end of a snapshot on a device that had state: the server's version of every row
+        that none of its pages held goes."""
+        for table in ("chats", "messages"):
+            listed = f"(SELECT id FROM snapshot_ids WHERE tbl = '{table}')"
+            conn.execute(
+                f"DELETE FROM {table} WHERE id NOT IN {listed} AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')"
+            )
+            conn.execute(f"DELETE FROM confirmed_{table} WHERE id NOT IN {listed}")
+        conn.execute("DELETE FROM snapshot_ids")
 
     @staticmethod
     def _has_confirmed(conn: sqlite3.Connection) -> bool:
+        """Whether the device holds any of the server's rows."""
         return any(
-            conn.execute(f"SELECT 1 FROM {CONFIRMED.name(t)} LIMIT 1").fetchone() is not None for t in (CHATS, MESSAGES)
+            conn.execute(sql).fetchone() is not None
+            for t in ("chats", "messages")
+            for sql in (
+                f"SELECT 1 FROM {t} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{t}') LIMIT 1",
+                f"SELECT 1 FROM confirmed_{t} LIMIT 1",
+            )
         )
-
-    @staticmethod
-    def _pending_ids(conn: sqlite3.Connection) -> bool:
-        return conn.execute("SELECT 1 FROM pending_events LIMIT 1").fetchone() is not None
 
     @staticmethod
     def _show_rows(conn: sqlite3.Connection, table: Table, values: list[tuple[Any, ...]]) -> None:
@@ -685,14 +804,6 @@ class LocalStore:
         """Messages not indexed for search yet (search reads them directly meanwhile)."""
         return fulltext.backlog(self.conn)
 
-    @staticmethod
-    def _insert_rows(conn: sqlite3.Connection, name: str, table: Table, rows: list[dict[str, Any]]) -> None:
-        cols = table.column_names
-        conn.executemany(
-            f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-            [[row[c] for c in cols] for row in rows],
-        )
-
     def _drop_logged(self, conn: sqlite3.Connection) -> bool:
         """Sent events whose seq the cursor has passed are part of the confirmed state now.
         True when any went: their effect on the shown state is then the log's, not theirs (an
@@ -706,23 +817,6 @@ class LocalStore:
     def _pending_events(conn: sqlite3.Connection) -> list[DomainEvent]:
         rows = conn.execute("SELECT body FROM pending_events ORDER BY id").fetchall()
         return [DomainEvent.model_validate_json(r[0]) for r in rows]
-
-    def _rebuild_shown(self, conn: sqlite3.Connection) -> None:
-        """Shown state := confirmed state + every pending event, in order. Rows that are already
-        as confirmed (same id and lastSeq) are left alone, so their search entries are too."""
-        for table in (CHATS, MESSAGES):
-            cols = ", ".join(table.column_names)
-            shown, confirmed = table.name, CONFIRMED.name(table)
-            conn.execute(
-                f"""DELETE FROM {shown} WHERE NOT EXISTS
-                    (SELECT 1 FROM {confirmed} c WHERE c.id = {shown}.id AND c.last_seq = {shown}.last_seq)"""
-            )
-            conn.execute(
-                f"""INSERT INTO {shown} ({cols}) SELECT {cols} FROM {confirmed} c
-                    WHERE NOT EXISTS (SELECT 1 FROM {shown} s WHERE s.id = c.id)"""
-            )
-        for pending in self._pending_events(conn):
-            self._run(conn, SHOWN, pending)
 
     def rejected(self, chat_id: str) -> list[Rejection]:
         """The changes to this chat the server refused, oldest first."""
@@ -863,12 +957,18 @@ class LocalStore:
         return {r["message_id"]: RunInfo(**r) for r in known}
 
     def confirmed(self) -> Snapshot:
-        """The confirmed state (for tests and diagnostics)."""
-        chats = self.conn.execute("SELECT * FROM confirmed_chats ORDER BY id").fetchall()
-        messages = self.conn.execute("SELECT * FROM confirmed_messages ORDER BY id").fetchall()
+        """The confirmed state (for tests and diagnostics): the shown rows the overlay did not
+        change, and the server's version of those it did."""
+
+        def rows(table: str) -> list[sqlite3.Row]:
+            return self.conn.execute(
+                f"""SELECT * FROM {table} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')
+                    UNION ALL SELECT * FROM confirmed_{table} ORDER BY id"""
+            ).fetchall()
+
         return Snapshot(
-            chats=[Chat.model_validate(dict(r)) for r in chats],
-            messages=[Message.model_validate(dict(r)) for r in messages],
+            chats=[Chat.model_validate(dict(r)) for r in rows("chats")],
+            messages=[Message.model_validate(dict(r)) for r in rows("messages")],
         )
 
 

@@ -154,3 +154,53 @@ async def test_a_commit_stores_a_few_chunks_whatever_the_size_of_the_database(tm
             assert len(indexes) <= (2 if name == "chat.db-wal" else 8), storage.writes
     assert any(name == "chat.db" for writes in storage.writes for name, _ in writes)  # a checkpoint came
     store.close()
+
+
+async def test_writes_asked_before_the_last_is_stored_go_on_from_it_and_a_failed_one_is_made_good(tmp_path: Path) -> None:
+    """Flushes may overlap (a snapshot's pages are stored while the next is taken): each goes on
+    from where the one asked before it ends, and after one that failed, the next stores every file
+    whole, so what was stored rebuilds the last durable write again."""
+    import asyncio
+
+    storage = DictStorage(tmp_path)
+    failing: list[bool] = []
+    asked: list[Writes] = []
+    real_write = storage.write
+
+    async def write(writes: Writes) -> None:
+        asked.append(writes)
+        await asyncio.sleep(0)  # stored later, in order
+        if failing and failing.pop():
+            raise RuntimeError("the storage refused")
+        await real_write(writes)
+
+    path = str(tmp_path / "chat.db")
+    store = LocalStore(path, ChunkPersistence(path, {}, write))
+    await store.open()
+
+    async def commit(key: str) -> None:
+        with store._transaction() as conn:
+            store._set_meta(conn, key, "x" * 100_000)
+
+    await commit("first")
+    failing.append(True)
+    refused = asyncio.ensure_future(store._durable())
+    await commit("second")
+    stored = asyncio.ensure_future(store._durable())
+    with pytest.raises(RuntimeError):
+        await refused
+    await stored
+    [(_, lost)], [(_, kept)] = asked[-2:]
+    assert kept[0] == lost[-1] > 0  # (from the end of the one asked before it, not of the last stored)
+    await commit("third")
+    await store._durable()
+    assert [name for name, _ in storage.writes[-1]] == ["chat.db", "chat.db-wal"]  # everything
+    assert storage.writes[-1][1][1][0] == 0
+
+    restored_dir = tmp_path / "restored"
+    restored_dir.mkdir()
+    storage.restore(restored_dir)
+    restored = LocalStore(str(restored_dir / "chat.db"), ChunkPersistence(str(restored_dir / "chat.db"), {}, _ignore))
+    assert all(restored._meta(k) == "x" * 100_000 for k in ("first", "second", "third"))
+    restored.close()
+    store.close()

@@ -249,6 +249,9 @@ async def test_an_interrupted_snapshot_resumes_at_the_same_upToSeq(app: Quart, t
     await through_the_log(log)
     assert device.store.confirmed() == log.store.confirmed() and listed(device) == listed(log)
     assert device.store.last_seq() == log.store.last_seq() == 10
+    # With nothing pending, every row is stored once: shown, and no server's version aside.
+    rows = device.store.conn.execute("SELECT (SELECT count(*) FROM confirmed_messages) + (SELECT count(*) FROM confirmed_chats)")
+    assert rows.fetchone()[0] == 0
 
 
 async def test_a_snapshot_whose_events_after_it_are_gone_starts_over(app: Quart, tmp_path: Path) -> None:

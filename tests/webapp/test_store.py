@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from shared.models import Chat, DomainEvent, EventType, Message
 from tests.webapp.devices import T, new_id
 from webapp.store import Checkpoint, LocalStore
@@ -160,4 +162,66 @@ async def test_the_sync_state_is_the_cursor_and_when_the_server_last_brought_us_
     assert (store.last_seq(), store.synced_at()) == (4, "2026-11-30T12:00:00.000Z")
     await store.replace(Snapshot(chats=[], messages=[]), 9)
     assert (store.last_seq(), store.synced_at()) == (9, "2026-11-30T12:05:00.000Z")
+    store.close()
+
+
+async def test_migration_9_keeps_each_row_once_and_the_overlay_on_top(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database of two full copies (confirmed and shown) becomes one of each row once, with
+    the server's version of the rows the outbox changed kept aside: nothing shown changes, the
+    confirmed state is the same, and the overlay still comes off and goes back on as before."""
+    import json
+    import sqlite3
+
+    from shared.models import EventResult, LoggedEvent, MessageRef
+    from webapp import store as local
+
+    path = str(tmp_path / "local.db")
+    monkeypatch.setattr(local, "MIGRATIONS", local.MIGRATIONS[:8])
+    LocalStore(path, RecordingPersistence()).close()  # as a database before 0009 had it
+    monkeypatch.undo()
+
+    chat = Chat(id=new_id(), title="t", created_at=T, last_seq=1)
+    m1, m2 = (Message(id=new_id(), chat_id=chat.id, role="user", content=f"m{i}", created_at=T, last_seq=1 + i) for i in (1, 2))
+    edited = m1.model_copy(update={"content": "edited", "last_seq": 0})
+    m3 = Message(id=new_id(), chat_id=chat.id, role="user", content="new here", created_at=T, last_seq=0)
+    edit = DomainEvent(event_id=new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=T)
+    delete = DomainEvent(event_id=new_id(), type=EventType.MESSAGE_DELETED, payload=MessageRef(id=m2.id, chat_id=chat.id), created_at=T)
+    append = DomainEvent(event_id=new_id(), type=EventType.MESSAGE_APPENDED, payload=m3, created_at=T)
+
+    def insert(conn: sqlite3.Connection, table: str, row: Chat | Message) -> None:
+        values = row.model_dump()
+        values["updated_at"] = T
+        conn.execute(f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join('?' for _ in values)})", list(values.values()))
+
+    conn = sqlite3.connect(path)
+    for table, row in (("chats", chat), ("messages", m1), ("messages", m2)):
+        insert(conn, table, row)
+        insert(conn, "confirmed_" + table, row)
+    conn.execute("DELETE FROM messages WHERE id IN (?, ?)", (m1.id, m2.id))  # what the outbox made of them
+    insert(conn, "messages", edited)
+    insert(conn, "messages", m3)
+    for event in (edit, delete, append):
+        conn.execute(
+            "INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)",
+            (event.event_id, event.entity_id(), json.dumps(event.wire())),
+        )
+    conn.execute("INSERT INTO meta VALUES ('last_seq', '3')")
+    conn.commit()
+    conn.close()
+
+    store = LocalStore(path, RecordingPersistence())
+    shown = lambda: [(m.id, m.content) for m in store.messages(chat.id)]  # noqa: E731
+    assert shown() == [(m1.id, "edited"), (m3.id, "new here")]
+    server = [(m.id, m.content) for m in store.confirmed().messages]
+    assert sorted(server) == sorted([(m1.id, "m1"), (m2.id, "m2")]) and len(store.confirmed().chats) == 1
+    kept = store.conn.execute("SELECT count(*) FROM confirmed_messages").fetchone()[0]
+    assert kept == 2 and store.conn.execute("SELECT count(*) FROM confirmed_chats").fetchone()[0] == 0
+
+    # The delete refused: the message is back as the server has it; the edit confirmed by the log.
+    await store.record_results([EventResult(event_id=delete.event_id, status="rejected", error="no")])
+    assert sorted(shown()) == sorted([(m1.id, "edited"), (m2.id, "m2"), (m3.id, "new here")])
+    logged = LoggedEvent(seq=4, origin="d", event_id=edit.event_id, type=EventType.MESSAGE_EDITED, payload=edited, created_at=T)
+    await store.apply_remote([logged])
+    assert ("edited", 4) in [(m.content, m.last_seq) for m in store.confirmed().messages]
+    assert [tuple(r) for r in store.conn.execute("SELECT tbl, id FROM overlaid")] == [("messages", m3.id)]
     store.close()
