@@ -382,7 +382,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             request.headers,
             UpdatesResponse(
                 events=updates.events, has_more=updates.has_more, current_seq=updates.current_seq
-            ).wire()
+            ),
         )
 
     @app.get("/sync/state")
@@ -406,7 +406,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
                 current_seq=page.current_seq,
                 next_page=page.next_page,
                 total=page.total,
-            ).wire()
+            ),
         )
 
     @app.websocket("/sync/live")

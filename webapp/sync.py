@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -42,6 +43,9 @@ PUSH_BATCH = 100
 # about half the bytes: an index page is written once per commit however many rows it took).
 FIRST_STATE_PAGE = 500
 STATE_PAGE = 5000
+# The screen follows a snapshot's pages: drawn after the first (the chat list, the latest chat),
+# then at most this often, and at the end (the progress in the status follows every page).
+SNAPSHOT_DRAW_SECONDS = 0.5
 # A cursor this many events behind the log's head syncs from a snapshot rather than the log.
 FAR_BEHIND = 5000
 SEARCH_SLICE = 1000  # messages a snapshot brought, indexed for search per transaction afterwards
@@ -190,6 +194,7 @@ class SyncEngine:
         progress: SnapshotProgress | None = self.store.snapshot_progress() if resume else None
         resumed = progress is not None  # its page token comes from an earlier session
         ahead: asyncio.Future[StateResponse] | None = None  # the next page, asked for already
+        drawn = 0.0  # (time.monotonic() of the last draw)
         try:
             while True:
                 if progress is None:
@@ -216,7 +221,9 @@ class SyncEngine:
                 progress = await self.store.apply_snapshot_page(page, first=progress is None)
                 if progress is not None:
                     self._progress((progress.done, progress.total))
-                self._on_change()
+                if progress is None or time.monotonic() - drawn >= SNAPSHOT_DRAW_SECONDS:
+                    self._on_change()
+                    drawn = time.monotonic()
                 if progress is None:
                     break
         finally:

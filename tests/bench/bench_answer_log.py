@@ -81,12 +81,12 @@ async def one_answer(url: str, upstream: FakeUpstream, speedup: float, ratio: fl
     }  # fmt: skip
 
 
-async def main() -> None:
+async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--speedup", type=float, default=1.0, help="time runs this many times faster (default 1: about 70 s an answer)")
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     upstream = FakeUpstream(delay=1 / (30 * args.speedup), text=answer(args.tokens))
     server = await upstream.start()
     print(f"one answer of {args.tokens} tokens at 30 tokens/s (time x{args.speedup:g}), {args.database}")

@@ -39,13 +39,14 @@ from playwright.sync_api import Browser, sync_playwright
 from server.config import ROOT
 from shared.models import UpdatesResponse
 from tests.e2e.conftest import playwright_config
-from tests.e2e.pages import open_app, sign
+from tests.e2e.pages import open_app, sign, wait_for_service_worker
 from tests.processes import Server
 
 PASSWORD = "a long password"
 T0 = 1_764_590_400_000  # 2025-12-01T12:00:00Z, in ms
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
 STATUS_ONLINE = "() => document.getElementById('status')?.dataset.state === 'online'"
+WARMED = "async () => (await (await caches.open('python-start')).keys()).length === 2"  # (snapshot, bytecode)
 
 
 def _time(ms: int) -> str:
@@ -143,6 +144,14 @@ def new_device_sync(browser: Browser, server: Server, username: str, messages: i
     context = browser.new_context(base_url=server.url)
     page = context.new_page()
     open_app(page)
+    # A person takes a few seconds over their name and password: by then the service worker
+    # has precached the app and the first start has made what the next one starts from
+    # (static/warm-worker.js), either of which would otherwise take a core from the sync.
+    wait_for_service_worker(page)
+    for _ in range(1200):
+        if page.evaluate(WARMED):
+            break
+        page.wait_for_timeout(100)
     if log_path:
         page.evaluate("code => pyodide.runPythonAsync(code)", LOG_PATH)
     page.fill("input[name=username]", username)
@@ -165,6 +174,12 @@ def new_device_sync(browser: Browser, server: Server, username: str, messages: i
     curl_seconds, rows, wire = curl_snapshot(server, token)
     assert count == rows, (count, rows)
     return SyncFigures(messages, rows, (end - start) / 1000, None if drawn is None else (drawn - start) / 1000, curl_seconds, wire)
+
+
+def median_sync(browser: Browser, server: Server, username: str, messages: int, runs: int = 3) -> SyncFigures:
+    """``new_device_sync`` ``runs`` times (a new device each time): the run of the median time."""
+    figures = sorted((new_device_sync(browser, server, username, messages) for _ in range(runs)), key=lambda f: f.seconds)
+    return figures[len(figures) // 2]
 
 
 CATCH_UP = """
@@ -268,7 +283,7 @@ def main() -> None:
             browser = p.chromium.launch(**playwright_config.LAUNCH_ARGS)
             print(f"{time.strftime('%Y-%m-%d')}: a new device's sync, SQLite server, Chromium (sign-in click until Online)")
             for n in args.sizes:
-                print_sync(new_device_sync(browser, server, f"sync{n}", n))
+                print_sync(median_sync(browser, server, f"sync{n}", n))
                 print_sync(new_device_sync(browser, server, f"sync{n}", n, log_path=True), "the same, through the log (before)")
             print_catch_up(log_catch_up(browser, server, "log"))
             browser.close()

@@ -346,6 +346,24 @@ async def test_the_progress_is_shown_while_a_snapshot_downloads(app: Quart, tmp_
     assert device.engine.progress is None
 
 
+async def test_the_screen_is_drawn_after_a_snapshots_first_page_then_now_and_then_and_at_its_end(
+    app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, writer = await written(app, tmp_path, chats=2, messages=5)
+    device = Device(app, token, tmp_path / "new.db")
+    drawn: list[int] = []
+    device.engine._on_change = lambda: drawn.append(len(device.store.confirmed().messages))
+    monkeypatch.setattr(sync, "SNAPSHOT_DRAW_SECONDS", 3600.0)
+    await device.engine.pull()
+    assert drawn == [0, 5]  # the first page (the chats), then all of it; not the pages between
+    monkeypatch.setattr(sync, "SNAPSHOT_DRAW_SECONDS", 0.0)
+    again = Device(app, token, tmp_path / "again.db")
+    again.engine._on_change = lambda: drawn.append(len(again.store.confirmed().messages))
+    drawn.clear()
+    await again.engine.pull()
+    assert drawn == [0, 2, 4, 5]  # (after every page when that is allowed)
+
+
 def test_the_progress_in_words() -> None:
     assert ui.status_text(Status.ONLINE) == "Online"
     assert ui.status_text(Status.CONNECTING, (12_000, 50_000)) == "Syncing… 12,000 of 50,000"
