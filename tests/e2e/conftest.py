@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from server.config import ROOT
 from tests.processes import Server
@@ -15,6 +16,10 @@ _spec = importlib.util.spec_from_file_location("playwright_config", ROOT / "play
 assert _spec is not None and _spec.loader is not None
 playwright_config = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(playwright_config)
+
+# What a page should come to show, it shows within this (Playwright's default is 5 s): these
+# tests share the machine's cores with the rest of the suite (scripts/test runs both at once).
+expect.set_options(timeout=15_000)
 
 
 @pytest.fixture(scope="session")
