@@ -344,8 +344,8 @@ class LocalStore:
                 where, value = f"{mutation.column} = ?", mutation.value
             else:
                 where, value = "id = ?", mutation.id if not isinstance(mutation, Upsert) else mutation.row["id"]
-            fresh = f"{where} AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table.name}')"
-            conn.execute(f"INSERT INTO {CONFIRMED.name(table)} ({cols}) SELECT {cols} FROM {table.name} WHERE {fresh}", (value,))
+            untouched = f"{where} AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table.name}')"
+            conn.execute(f"INSERT INTO {CONFIRMED.name(table)} ({cols}) SELECT {cols} FROM {table.name} WHERE {untouched}", (value,))
             if isinstance(mutation, DeleteChildren):
                 conn.execute(f"INSERT OR IGNORE INTO overlaid SELECT '{table.name}', id FROM {table.name} WHERE {where}", (value,))
             else:
@@ -772,11 +772,11 @@ class LocalStore:
         no row can be there yet: an insert that would leave one as it is (an upsert costs twice as
         much, measured: 50,000 messages in 0.28 s against 0.64 s)."""
         cols = table.column_names
-        updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
-        verb = "INSERT OR IGNORE" if fresh else "INSERT"
         if fresh:
-            conflict = ""
+            verb, conflict = "INSERT OR IGNORE", ""
         else:
+            updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id")
+            verb = "INSERT"
             conflict = f"ON CONFLICT (id) DO UPDATE SET {updates} WHERE {table.name}.last_seq IS NOT excluded.last_seq"
         if table is not MESSAGES:
             marks = ", ".join("?" for _ in cols)

@@ -194,7 +194,7 @@ class SyncEngine:
         progress: SnapshotProgress | None = self.store.snapshot_progress() if resume else None
         resumed = progress is not None  # its page token comes from an earlier session
         ahead: asyncio.Future[StateResponse] | None = None  # the next page, asked for already
-        drawn = 0.0  # (time.monotonic() of the last draw)
+        drawn: float | None = None  # (time.monotonic() of the last draw)
         try:
             while True:
                 if progress is None:
@@ -221,7 +221,7 @@ class SyncEngine:
                 progress = await self.store.apply_snapshot_page(page, first=progress is None)
                 if progress is not None:
                     self._progress((progress.done, progress.total))
-                if progress is None or time.monotonic() - drawn >= SNAPSHOT_DRAW_SECONDS:
+                if progress is None or drawn is None or time.monotonic() - drawn >= SNAPSHOT_DRAW_SECONDS:
                     self._on_change()
                     drawn = time.monotonic()
                 if progress is None:
