@@ -10,7 +10,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -93,7 +93,7 @@ def open_store(url: str, clock: Callable[[], datetime]) -> SqlEventStore:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def describe(error: ValidationError) -> str:

@@ -31,7 +31,7 @@ class _DeclinedDeflate(PerMessageDeflate):
 
 
 def decline_websocket_compression() -> None:
-    setattr(hypercorn.protocol.ws_stream, "PerMessageDeflate", _DeclinedDeflate)
+    setattr(hypercorn.protocol.ws_stream, "PerMessageDeflate", _DeclinedDeflate)  # noqa: B010 (not an exported name: mypy)
 
 
 def tune_garbage_collection() -> None:

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import AsyncGenerator, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import js  # type: ignore[import-not-found]
@@ -267,7 +267,7 @@ def _next_frame(draw: Callable[[], None]) -> None:
 
 
 def _now() -> str:
-    return format_time(datetime.now(timezone.utc))
+    return format_time(datetime.now(UTC))
 
 
 async def main() -> Client:

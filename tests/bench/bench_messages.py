@@ -26,7 +26,7 @@ import os
 import statistics
 import tempfile
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
@@ -81,7 +81,7 @@ def fill(server: Server, token: str, chat: str, count: int) -> str:
     for i in range(count):
         message_id = new_id()
         role, text = ("user", QUESTION) if i % 2 == 0 else ("assistant", ANSWER)
-        at = format_time(datetime(2026, 11, 30, 12, tzinfo=timezone.utc) + timedelta(seconds=i))
+        at = format_time(datetime(2026, 11, 30, 12, tzinfo=UTC) + timedelta(seconds=i))
         message = {"id": message_id, "chatId": chat, "role": role, "content": text.replace("{n}", str(i)),
                    "parentId": parent, "createdAt": at}
         events.append({"eventId": new_id(), "type": "MessageAppended", "payload": message,

@@ -21,7 +21,7 @@ import json
 import sqlite3
 import sys
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from hypercorn.asyncio import serve
@@ -93,7 +93,7 @@ def create_app(path: str) -> Quart:
             return reply({"error": "unauthorized"}, 401)
         account, device = found
         events = json.loads(await request.get_data())["events"]
-        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         results = []
         async with lock:
             conn.execute("BEGIN IMMEDIATE")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from server.db import open_database
@@ -15,7 +15,7 @@ class Clock:
     """A settable clock: compaction and grace periods are about time."""
 
     def __init__(self) -> None:
-        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.now

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,7 +19,7 @@ from tests.server.events import chat_created, new_id
 
 
 def past() -> datetime:
-    return datetime(2020, 1, 1, tzinfo=timezone.utc)
+    return datetime(2020, 1, 1, tzinfo=UTC)
 
 
 async def seeded(database_url: str) -> tuple[str, SqlEventStore]:

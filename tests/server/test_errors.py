@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from quart import Quart
@@ -19,7 +19,7 @@ from tests.server.events import chat_created, message, new_id
 
 class Clock:
     def __init__(self) -> None:
-        self.now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+        self.now = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.now

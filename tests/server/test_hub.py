@@ -82,7 +82,7 @@ async def test_a_commit_is_read_once_for_all_the_sockets_of_its_account() -> Non
         seq = log.commit()
         hub.notify("a", seq)  # the request handler's notification ...
         hub.notify("a", seq)  # ... and the same commit's from PostgreSQL's LISTEN
-        await until(lambda: all(len(s.seqs) == expected for s in sockets))
+        await until(lambda: all(len(s.seqs) == expected for s in sockets))  # noqa: B023 (awaited at once)
         assert log.reads - reads == 1  # one read by the hub; no socket read for itself
         await asyncio.sleep(0.01)
         hub.notify("a", seq)  # late: already read for every socket

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from hypothesis import strategies as st
@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 ids = st.uuids().map(str)
 times = st.datetimes(
-    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
 ).map(format_time)
 # Any text the wire can carry: no NUL (PostgreSQL cannot store it; the models refuse it) and no
 # lone surrogates (not encodable as UTF-8).

@@ -12,12 +12,12 @@ import pytest
 
 from shared.models import Chat, EventType, LoggedEvent, Message, Snapshot
 from shared.transfer import Export
+from tests.webapp.page import FakePage
 from tests.webapp.test_client import make_client
 from webapp.app import Client
 from webapp.chats import title_from
 from webapp.search import fts_query
 from webapp.store import MIGRATIONS, FilePersistence, LocalStore
-from tests.webapp.page import FakePage
 
 
 async def ticking_client(tmp_path: Path) -> tuple[Client, FakePage]:

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ USERS = itertools.count()
 
 def ticking_clock() -> Any:
     """A second later at each reading: every event is older than "now" when compaction runs."""
-    moments = (datetime(2026, 11, 30, tzinfo=timezone.utc) + timedelta(seconds=n) for n in itertools.count())
+    moments = (datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=n) for n in itertools.count())
     return lambda: next(moments)
 
 

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ DEVICES = 3
 def ticking_clock() -> Callable[[], datetime]:
     """The server's clock, a second later at each reading: every event is older than "now" when
     compaction runs, however fast the steps go."""
-    moments = (datetime(2026, 11, 30, tzinfo=timezone.utc) + timedelta(seconds=n) for n in itertools.count())
+    moments = (datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=n) for n in itertools.count())
     return lambda: next(moments)
 
 
