@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 import pydantic_core
 
@@ -80,18 +80,21 @@ class Footprint:
 
 def footprint(event: DomainEvent, chat_of_message: str | None) -> Footprint:
     payload = event.payload
-    if isinstance(payload, Chat):
-        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
-    if isinstance(payload, ChatRef):
-        return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
-    if isinstance(payload, Message):
-        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
-    if isinstance(payload, MessageRef):
-        return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
-    if isinstance(payload, RunRequest):
-        return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
-    assert isinstance(payload, RunCancel)
-    return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
+    match payload:
+        case Chat():
+            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
+        case ChatRef():
+            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
+        case Message():
+            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
+        case MessageRef():
+            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
+        case RunRequest():
+            return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
+        case RunCancel():
+            return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
+        case _:  # (a new payload type fails type-checking here until it is handled above)
+            assert_never(payload)
 
 
 class _AccountState:
@@ -120,21 +123,25 @@ class _AccountState:
 
     def apply(self, event: DomainEvent) -> None:
         payload = event.payload
-        if isinstance(payload, Chat):
-            self.chats.add(payload.id)
-        elif isinstance(payload, ChatRef):
-            self.chats.discard(payload.id)
-        elif isinstance(payload, Message):
-            self.messages[payload.id] = payload.chat_id
-            self.statuses[payload.id] = payload.status
-        elif isinstance(payload, MessageRef):
-            self.messages[payload.id] = None
-        elif isinstance(payload, RunRequest):
-            self.messages[payload.message_id] = payload.chat_id
-            self.statuses[payload.message_id] = "queued"
-            self.runs.add(payload.run_id)
-        elif isinstance(payload, RunCancel) and self.statuses.get(payload.message_id) in CANCELLABLE:
-            self.statuses[payload.message_id] = "cancelled"
+        match payload:
+            case Chat():
+                self.chats.add(payload.id)
+            case ChatRef():
+                self.chats.discard(payload.id)
+            case Message():
+                self.messages[payload.id] = payload.chat_id
+                self.statuses[payload.id] = payload.status
+            case MessageRef():
+                self.messages[payload.id] = None
+            case RunRequest():
+                self.messages[payload.message_id] = payload.chat_id
+                self.statuses[payload.message_id] = "queued"
+                self.runs.add(payload.run_id)
+            case RunCancel():
+                if self.statuses.get(payload.message_id) in CANCELLABLE:
+                    self.statuses[payload.message_id] = "cancelled"
+            case _:
+                assert_never(payload)
 
 
 def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[str]]:
@@ -143,17 +150,23 @@ def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[
     messages: set[str] = set()
     for event in events:
         payload = event.payload if isinstance(event, DomainEvent) else None
-        if isinstance(payload, (Chat, ChatRef)):
-            chats.add(payload.id)
-        if isinstance(payload, (Message, MessageRef)):
-            chats.add(payload.chat_id)
-            messages.add(payload.id)
-        if isinstance(payload, RunRequest):
-            chats.add(payload.chat_id)
-            if payload.parent_id is not None:
-                messages.add(payload.parent_id)  # (it must be a message of the chat)
-        if isinstance(payload, (RunRequest, RunCancel)):
-            messages.add(payload.message_id)
+        match payload:
+            case Chat() | ChatRef():
+                chats.add(payload.id)
+            case Message() | MessageRef():
+                chats.add(payload.chat_id)
+                messages.add(payload.id)
+            case RunRequest():
+                chats.add(payload.chat_id)
+                if payload.parent_id is not None:
+                    messages.add(payload.parent_id)  # (it must be a message of the chat)
+                messages.add(payload.message_id)
+            case RunCancel():
+                messages.add(payload.message_id)
+            case None:
+                pass
+            case _:
+                assert_never(payload)
     return chats, messages
 
 

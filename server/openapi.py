@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -12,6 +12,7 @@ from shared.models import (
     DomainEvent,
     Session,
     StateResponse,
+    Status,
     SubmitResponse,
     UpdatesResponse,
 )
@@ -88,7 +89,7 @@ RUN = {
         "runId": {"type": "string"},
         "messageId": {"type": "string"},
         "assistantId": {"type": "string"},
-        "status": {"type": "string", "enum": ["queued", "streaming", "completed", "failed_upstream", "cancelled"]},
+        "status": {"type": "string", "enum": list(get_args(Status))},
         "error": {"type": ["string", "null"]},
         "promptTokens": {"type": ["integer", "null"]},
         "completionTokens": {"type": ["integer", "null"]},

@@ -38,7 +38,7 @@ from server.db import Database
 from server.event_store import SqlEventStore
 from shared.assistants import UpstreamError, Usage, history_along, turns_of
 from shared.ids import Uuid7Generator
-from shared.models import DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
+from shared.models import UNFINISHED, DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
 from shared.schema import MESSAGES
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ class RunWorker:
         row = await self._db.read_one(
             "SELECT status FROM messages WHERE account_id = ? AND id = ?", run.account_id, run.message_id
         )
-        return row is not None and row[0] in ("queued", "streaming")
+        return row is not None and row[0] in UNFINISHED
 
     async def _ended_stream(self, run: Run) -> None:
         """The reply's text is in the log for good: the sockets' copies of its stream can go."""
@@ -321,7 +321,7 @@ class RunWorker:
         or what this process saw streamed when that is more (another process of one PostgreSQL,
         which got every delta: then nothing that was streamed is lost)."""
         reply = next((m for m in await self._messages(run) if m.id == run.message_id), None)
-        if reply is not None and reply.status in ("queued", "streaming"):
+        if reply is not None and reply.status in UNFINISHED:
             seen = self._streamed(run.account_id, reply.id) or ""
             content = seen if len(seen) > len(reply.content) and seen.startswith(reply.content) else reply.content
             await self._edit(reply, status, content, run.account_id)
@@ -331,7 +331,7 @@ class RunWorker:
         messages = await self._messages(run)
         reply = next((m for m in messages if m.id == run.message_id), None)
         assistant = self._assistants.get(run.assistant_id)
-        if reply is None or reply.status not in ("queued", "streaming"):
+        if reply is None or reply.status not in UNFINISHED:
             await self._stopped_before_it_started(run, reply)
             return
         if assistant is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -16,7 +16,7 @@ def format_time(moment: datetime) -> str:
     """RFC 3339, UTC, milliseconds: ``2026-11-30T12:00:00.123Z``."""
     if moment.tzinfo is None:
         raise ValueError("a time must carry a timezone")
-    utc = moment.astimezone(timezone.utc)
+    utc = moment.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -71,6 +71,9 @@ class Wire(BaseModel):
 
 Role = Literal["user", "assistant", "tool_call", "tool_result", "error"]
 Status = Literal["completed", "queued", "streaming", "failed_upstream", "cancelled"]
+# A reply still being written (by a server's run or a local assistant): it can be stopped, and
+# it has not ended. Every place that asks "still running?" asks this.
+UNFINISHED: tuple[Status, ...] = ("queued", "streaming")
 
 
 class Chat(Wire):
@@ -155,7 +158,7 @@ REQUIRED_ROLE: dict[EventType, Role] = {
     EventType.TOOL_CALL_FAILED: "error",
 }
 
-Payload = Union[Chat, Message, ChatRef, MessageRef, RunRequest, RunCancel]
+Payload = Chat | Message | ChatRef | MessageRef | RunRequest | RunCancel
 
 
 class DomainEvent(Wire):
@@ -288,4 +291,4 @@ class PingFrame(Wire):
     type: Literal["ping"] = "ping"
 
 
-Frame = Annotated[Union[EventFrame, CaughtUpFrame, DeltaFrame, PingFrame], Field(discriminator="type")]
+Frame = Annotated[EventFrame | CaughtUpFrame | DeltaFrame | PingFrame, Field(discriminator="type")]

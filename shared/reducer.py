@@ -7,9 +7,10 @@ its own transaction; ``shared.schema.Sql`` renders them as statements.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, assert_never
 
 from shared.models import (
+    UNFINISHED,
     Chat,
     ChatRef,
     DomainEvent,
@@ -55,10 +56,10 @@ class Patch:
     only_if_status: tuple[str, ...] = field(default=())
 
 
-Mutation = Union[Upsert, Delete, DeleteChildren, Patch]
+Mutation = Upsert | Delete | DeleteChildren | Patch
 
 # A run can only be cancelled while it has not ended.
-CANCELLABLE = ("queued", "streaming")
+CANCELLABLE = UNFINISHED
 
 
 # ``last_seq`` of a row that only a still-pending local event made: below every real seq.
@@ -122,4 +123,5 @@ def mutations(kind: EventType, payload: Any, seq: int, at: str) -> list[Mutation
             assert isinstance(payload, RunCancel)
             values = {"status": "cancelled", "updated_at": at, "last_seq": seq}
             return [Patch("messages", payload.message_id, values, CANCELLABLE)]
-    raise AssertionError(f"unhandled event type {kind}")  # pragma: no cover
+        case _:  # (a new event type fails type-checking here until it is handled above)
+            assert_never(kind)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from server.config import ROOT
 
@@ -17,3 +19,31 @@ def test_shared_and_server_type_check_strictly() -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handles_it(tmp_path: Path) -> None:
+    """The places that branch on event types (the reducer) and on payloads (the write path's
+    validation) end in ``assert_never``: a copy of the code with a test-only event type and a
+    test-only payload added to the models, and nothing else, does not type-check, and mypy names
+    each place."""
+    for package in ("shared", "server"):
+        shutil.copytree(ROOT / package, tmp_path / package)
+    models = tmp_path / "shared" / "models.py"
+    text = models.read_text()
+    text = text.replace(
+        '    ASSISTANT_RUN_CANCELLED = "AssistantRunCancelled"\n',
+        '    ASSISTANT_RUN_CANCELLED = "AssistantRunCancelled"\n    TEST_ONLY = "TestOnly"\n',
+    )
+    text = text.replace("Payload = Chat | Message", "class TestOnlyRef(Wire):\n    id: str\n\n\nPayload = TestOnlyRef | Chat | Message")
+    assert "TEST_ONLY" in text and "TestOnlyRef" in text
+    models.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), "shared", "server"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    for place in ("shared/reducer.py", "server/appender.py"):
+        assert any(place in line and "assert_never" in line for line in done.stdout.splitlines()), done.stdout

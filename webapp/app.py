@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import (
+    UNFINISHED,
     Chat,
     DeltaFrame,
     DomainEvent,
@@ -205,7 +206,7 @@ class Client:
         checkpoints and the final text). A piece that does not follow what we have is left for
         the next checkpoint to fill in."""
         reply = self.store.message(frame.message_id)
-        if reply is None or reply.status not in ("queued", "streaming"):
+        if reply is None or reply.status not in UNFINISHED:
             return
         have = max(self.pane.streaming.get(reply.id, ""), reply.content, key=len)
         if frame.offset > len(have) or frame.offset + len(frame.text) <= len(have):
@@ -217,7 +218,9 @@ class Client:
     def start(self) -> None:
         account = self.store.account()
         if account is None or self.store.signed_out():
-            kept = f"Signed out. The chats of {account.username} are still on this device: sign in to get back to them." if account else None
+            kept = None
+            if account is not None:
+                kept = f"Signed out. The chats of {account.username} are still on this device: sign in to get back to them."
             self.view.remember(None, "")
             self.view.set_html("root", ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
@@ -533,7 +536,7 @@ class Client:
 
     async def _on_stop_run(self, data: dict[str, Any]) -> None:
         reply = self.store.message(str(data["id"]))
-        if reply is None or reply.status not in ("queued", "streaming"):
+        if reply is None or reply.status not in UNFINISHED:
             return
         local = self.local_runs.get(reply.id)
         if local is not None:

@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any, Protocol
 
 from shared.models import (
+    UNFINISHED,
     Chat,
     DomainEvent,
     EventResult,
@@ -275,7 +276,7 @@ ACCOUNT_TABLES = (
 
 
 def _utc_now() -> str:
-    return format_time(datetime.now(timezone.utc))
+    return format_time(datetime.now(UTC))
 
 
 class LocalStore:
@@ -894,7 +895,7 @@ class LocalStore:
 
     def running(self) -> set[str]:
         """The chats with a reply being written."""
-        rows = self.conn.execute("SELECT DISTINCT chat_id FROM messages WHERE status IN ('queued', 'streaming')")
+        rows = self.conn.execute(f"SELECT DISTINCT chat_id FROM messages WHERE status IN {UNFINISHED!r}")
         return {str(r[0]) for r in rows}
 
     def unsent(self) -> dict[str, int]:
@@ -924,7 +925,7 @@ class LocalStore:
     def unfinished_local_replies(self) -> list[Message]:
         """Replies still being written that no server run writes (a local assistant's)."""
         rows = self.conn.execute(
-            "SELECT * FROM messages WHERE status IN ('queued', 'streaming') AND run_id IS NULL"
+            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND run_id IS NULL"
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 

@@ -13,12 +13,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from html import escape
 
-from shared.models import Chat, Message
+from shared.models import UNFINISHED, Chat, Message
+from shared.thread import Step
 from webapp import markdown
 from webapp.search import Hit
 from webapp.store import Delivery, Rejection, is_pending
 from webapp.sync import Status
-from shared.thread import Step
 from webapp.transport import RunInfo
 
 STATUS_TEXT = {
@@ -62,7 +62,8 @@ def session_ended(username: str, error: str | None = None) -> str:
   <p id="session-text" role="status">Your session has ended. Your chats stay here, and what you write is
   sent once you sign in again.</p>{problem}
   <input name="username" aria-label="Username" placeholder="Username" autocomplete="username" value="{escape(username)}" required>
-  <input name="password" type="password" aria-label="Password" placeholder="Password" autocomplete="current-password" required minlength="8">
+  <input name="password" type="password" aria-label="Password" placeholder="Password" autocomplete="current-password"
+    required minlength="8">
   <button type="submit" name="mode" value="signin">Sign in</button>
 </form>"""
 
@@ -156,7 +157,10 @@ class Marks:
     unsent: dict[str, int] = field(default_factory=dict)  # changes waiting to be sent, by chat
 
 
-def chat_list(chats: list[Chat], selected: str | None, marks: Marks = Marks()) -> str:
+NO_MARKS = Marks()
+
+
+def chat_list(chats: list[Chat], selected: str | None, marks: Marks = NO_MARKS) -> str:
     if not chats:
         return '<p class="empty">No chats yet.</p>'
     items = []
@@ -204,7 +208,10 @@ def search_results(query: str, hits: list[Hit]) -> str:
 def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = None) -> str:
     """The open chat's title and what can be done with the chat: rename it (inline), export it,
     delete it (``deleting``: its message count while the user is asked to confirm)."""
-    bar = '<button type="button" class="tool chats-toggle" data-action="toggle-chats" aria-label="Chats" aria-controls="sidebar"><svg aria-hidden="true"><use href="#i-menu"></use></svg></button>'
+    bar = (
+        '<button type="button" class="tool chats-toggle" data-action="toggle-chats" aria-label="Chats" aria-controls="sidebar">'
+        '<svg aria-hidden="true"><use href="#i-menu"></use></svg></button>'
+    )
     if chat is None:
         return f'{bar}<h2 class="chat-title" id="chat-title">New chat</h2>'
     if renaming:
@@ -337,7 +344,7 @@ def _state(item: Item) -> tuple[str, str, str]:
             text = f"The assistant could not answer: {item.run.error}."
         if message.status == "queued" and item.delivery is not None:
             text = "Saved on this device: the assistant is asked once the server can be reached."
-        if message.status in ("queued", "streaming"):
+        if message.status in UNFINISHED:
             return message.status, text, _text_button("stop-run", message.id, "Stop")
         return message.status, text, _text_button("retry-run", message.id, "Retry")
     if item.delivery is not None:

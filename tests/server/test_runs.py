@@ -152,7 +152,9 @@ async def test_a_resubmitted_request_calls_the_upstream_once(app: Quart, client:
     await until_status(client, session, chat, request["payload"]["messageId"], "completed")
     [late] = await post(client, session, request)
     assert late["status"] == "duplicate"
-    await asyncio.sleep(0.3)  # (a second run would have started by now)
+    # A duplicate is never appended, so no second run exists to start (a run is a row of its own).
+    runs = await app.extensions["store"].db.read_one("SELECT count(*) FROM runs")
+    assert runs is not None and runs[0] == 1 and (await run_row(app, request["payload"]["runId"]))["calls"] == 1
     assert upstream.calls == 1
 
 
