@@ -1,5 +1,6 @@
-"""The event store: every query of the log, the state tables, compaction and accounts, written
-once for both backends (``server/db.py``). The guarantees are documented in ``server/store.py``.
+"""The event store: the queries of the log's reads, the state tables, compaction and accounts,
+written once for both backends (``server/db.py``); the write path's are in ``server/appender.py``.
+The guarantees are documented in ``server/store.py``.
 """
 
 from __future__ import annotations

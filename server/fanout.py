@@ -67,7 +67,8 @@ class PostgresListener:
         self._hub = hub
         self._max_backoff = max_backoff
         self._task: asyncio.Task[None] | None = None
-        self._connected = asyncio.Event()
+        self._connected = asyncio.Event()  # set while the listening connection is up
+        self._heard_before = False  # (a connection after the first one wakes every socket)
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -109,11 +110,13 @@ class PostgresListener:
                 await connection.add_listener(DELTA_CHANNEL, self._on_notification)
                 await connection.add_listener(STREAM_END_CHANNEL, self._on_notification)
                 backoff = 0.1
-                if self._connected.is_set():
+                if self._heard_before:
                     self._hub.notify_all()  # back after a gap: nothing may stay unseen
                     self._hub.streams_interrupted()  # (and deltas may have gone by)
+                self._heard_before = True
                 self._connected.set()
                 await lost.wait()
                 log.warning("fan-out: the listening connection was lost; reconnecting")
             finally:
+                self._connected.clear()  # (/readyz says so until it is back)
                 await connection.close(timeout=5)

@@ -1,6 +1,6 @@
 // The local database's files in IndexedDB, as 64 KiB chunks, so that a durable commit writes only
 // what changed (the new end of the -wal file; at a checkpoint, the chunks holding the pages it
-// rewrote), whatever the size of the database. webapp/browser.py says which chunks; each write
+// rewrote), whatever the size of the database. webapp/chunks.py says which chunks; each write
 // is one readwrite transaction with strict durability, chunks and file sizes together, so what
 // IndexedDB holds is always a state SQLite committed. At start-up the files are read back into
 // Pyodide's in-memory file system before Python opens the database.

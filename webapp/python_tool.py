@@ -12,8 +12,8 @@ from typing import Any
 
 
 def run_python(code: str) -> str:
-    """Run ``code`` here (in the browser: in Pyodide, in the page's own sandbox) and return what it
-    printed, and the value of its last line if that is an expression."""
+    """Run ``code`` here (in the browser: in the Pyodide of static/python-worker.js, not the page's)
+    and return what it printed, and the value of its last line if that is an expression."""
     tree = ast.parse(code, mode="exec")
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     namespace: dict[str, Any] = {"__name__": "__tool__"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import asyncpg
 
@@ -50,3 +51,36 @@ async def test_notifications_wake_the_account_and_a_lost_connection_comes_back()
     finally:
         await sender.close()
         await listener.stop()
+
+
+async def until_connected(listener: PostgresListener, connected: bool, timeout: float = 10) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while listener.connected != connected:
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def test_a_listener_that_cannot_reconnect_says_it_is_not_connected_until_it_is_back() -> None:
+    """What /readyz reports: while the listening connection is gone and cannot come back, the
+    listener is not connected; once it is back, it is."""
+    role = f"fanout_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(POSTGRES_URL)
+    await admin.execute(f"CREATE ROLE {role} LOGIN")
+    url = POSTGRES_URL.replace("postgres@", f"{role}@", 1)
+    assert url != POSTGRES_URL
+    hub = Hub(SharedReads(EmptyLog()))  # type: ignore[arg-type]
+    listener = PostgresListener(url, hub, max_backoff=0.1)
+    try:
+        await listener.start()
+        assert listener.connected
+        await admin.execute(f"ALTER ROLE {role} NOLOGIN")  # it cannot come back...
+        await admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
+        assert await until_connected(listener, False)
+        await admin.execute(f"ALTER ROLE {role} LOGIN")  # ...until it can
+        assert await until_connected(listener, True)
+    finally:
+        await listener.stop()
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.close()
