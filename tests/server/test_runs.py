@@ -86,6 +86,16 @@ async def run_row(app: Quart, run_id: str) -> dict[str, Any]:
     return dict(zip(["status", "error", "prompt", "completion", "reported", "calls"], row))
 
 
+async def until_run(app: Quart, run_id: str, status: str) -> dict[str, Any]:
+    """The run's row once it has this status (the reply's last edit is logged just before it)."""
+    for _ in range(400):
+        row = await run_row(app, run_id)
+        if row["status"] == status:
+            return row
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"run {run_id} is {row['status']}, not {status}")
+
+
 async def test_the_assistants_are_listed(client: Client) -> None:
     session = await signup(client)
     response = await client.get("/assistants", headers=bearer(session))
@@ -128,7 +138,7 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     # The model saw the conversation, and was asked for its usage, which the run recorded.
     [sent] = upstream.requests
     assert sent["messages"] == [{"role": "user", "content": "What is up?"}] and sent["stream_options"]["include_usage"]
-    assert await run_row(app, request["payload"]["runId"]) == {
+    assert await until_run(app, request["payload"]["runId"], "completed") == {
         "status": "completed", "error": None, "prompt": 7, "completion": 600, "reported": 1, "calls": 1,
     }
     # ...and what it cost is shown to the account, per chat.
@@ -166,8 +176,8 @@ async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
     upstream.mode = mode
     chat, question, request = await a_requested_run(client, session)
     failed = await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
-    row = await run_row(app, request["payload"]["runId"])
-    assert row["status"] == "failed_upstream" and row["reported"] == 0
+    row = await until_run(app, request["payload"]["runId"], "failed_upstream")
+    assert row["reported"] == 0
     assert {"502": "HTTP 502", "stall": "sent nothing for 1 s", "broken": "broke off"}[mode] in row["error"]
     if mode != "502":  # what had arrived is kept, and counted
         assert failed["content"] and full_answer().startswith(failed["content"])
@@ -221,7 +231,7 @@ async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, clie
     session = await signup(client)
     chat, _, request = await a_requested_run(client, session, assistant="nobody")
     await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
-    row = await run_row(app, request["payload"]["runId"])
+    row = await until_run(app, request["payload"]["runId"], "failed_upstream")
     assert "no assistant 'nobody'" in row["error"] and upstream.calls == 0
 
 
