@@ -15,7 +15,7 @@ import logging
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,7 +59,7 @@ class Database(Protocol):
     async def close(self) -> None:
         """Safe to call twice."""
 
-    def transaction(self, write: bool = False, slow: bool = False) -> Any:
+    def transaction(self, write: bool = False, slow: bool = False) -> AbstractAsyncContextManager[Tx]:
         """``async with db.transaction(write=True) as tx: ...``; commits, or rolls back on error.
         ``slow``: this transaction may take long (compaction); SQLite runs it in a thread."""
 

@@ -9,7 +9,6 @@ import base64
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from server.db import Database, Tx, UniqueViolation
 from server.migrations import MIGRATIONS
 from server.store import (
     Account,
+    CompactionResult,
     CursorExpired,
     InvalidPage,
     Rejected,
@@ -36,14 +36,6 @@ from shared.models import (
     format_time,
 )
 from shared.schema import CHATS, MESSAGES, Table
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    account_id: str
-    superseded_removed: int
-    truncated: int
-    min_available_seq: int
 
 
 # A page of ``/sync/state`` ends at a row; the token says which: its table, then its

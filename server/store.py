@@ -17,7 +17,7 @@ Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from shared.models import (
     Chat,
@@ -53,6 +53,16 @@ class UsernameTaken(StoreError):
 
 class InvalidPage(StoreError):
     pass
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction of an account's log did."""
+
+    account_id: str
+    superseded_removed: int
+    truncated: int
+    min_available_seq: int
 
 
 @dataclass(frozen=True)
@@ -122,10 +132,10 @@ class EventStore(Protocol):
     async def min_available_seq(self, account_id: str) -> int:
         """The lowest seq a cursor may ask to continue from, plus one (``after_seq + 1``)."""
 
-    async def compact(self, account_id: str, retention_seconds: float, grace_seconds: float) -> Any:
+    async def compact(self, account_id: str, retention_seconds: float, grace_seconds: float) -> CompactionResult:
         """Remove superseded events older than the grace period; truncate below the horizon."""
 
-    async def compact_all(self, retention_seconds: float, grace_seconds: float) -> list[Any]: ...
+    async def compact_all(self, retention_seconds: float, grace_seconds: float) -> list[CompactionResult]: ...
 
     async def record_cursor(self, account_id: str, device_id: str, seq: int) -> None:
         """A device has asked for the events after ``seq``: it holds everything up to it."""
