@@ -32,6 +32,7 @@ from server.headers import SecurityHeaders, content_security_policy, security_he
 from server.help import HOME_NETWORK, help_page
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
+from server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from server.metrics import Metrics
 from server.openapi import DEFAULT_LIMIT, DOCS_PAGE, MAX_INT, MAX_LIMIT, MAX_STATE_LIMIT, openapi
 from server.runs import RunWorker, read_runs
@@ -361,7 +362,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         results, current = await store.append(session.account_id, session.device_id, batch)
         if any(r.status == "accepted" for r in results):
             hub.notify(session.account_id, current)
-            metrics.events_appended += sum(r.status == "accepted" for r in results)
+            metrics.events_appended.inc(sum(r.status == "accepted" for r in results))
             if any(isinstance(e, DomainEvent) and e.type is EventType.ASSISTANT_RUN_REQUESTED for e in batch):
                 runs.wake()
         response = SubmitResponse.model_construct(results=results, current_seq=current)
@@ -513,7 +514,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.get("/metrics")
     async def metrics_page() -> Response:
-        return Response(metrics.render(), content_type="text/plain; version=0.0.4")
+        return Response(metrics.render(), content_type=METRICS_CONTENT_TYPE)
 
     @app.get("/")
     async def index() -> Response:

@@ -20,6 +20,6 @@ async def run_compactor(store: SqlEventStore, settings: Settings, metrics: Metri
         except Exception:  # a failed pass is retried at the next interval
             log.exception("compaction failed")
             continue
-        metrics.compaction_runs += 1
+        metrics.compaction_runs.inc()
         removed = sum(r.superseded_removed + r.truncated for r in results)
         log.info("compaction: %d accounts, %d events removed", len(results), removed)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import websockets
+from prometheus_client.parser import text_string_to_metric_families
 from quart import Quart
 from quart.typing import TestClientProtocol as Client
 
@@ -33,11 +34,20 @@ async def test_metrics_count_events_sockets_and_requests(client: Client) -> None
     await client.post("/sync/events", json={"events": events}, headers=bearer(session))
     async with client.websocket("/sync/live", headers=bearer(session)) as ws:
         await asyncio.wait_for(ws.receive(), 5)
-        text = (await (await client.get("/metrics")).get_data()).decode()
-    assert "chat_events_appended_total 3" in text
-    assert "chat_live_sockets 1" in text
-    assert 'chat_request_duration_seconds_count{route="/sync/events",method="POST",status="200"} 1' in text
-    assert 'le="+Inf"' in text
+        response = await client.get("/metrics")
+    assert response.content_type.startswith("text/plain")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families((await response.get_data()).decode())
+        for sample in family.samples
+    }
+    assert samples[("chat_events_appended_total", ())] == 3
+    assert samples[("chat_live_sockets", ())] == 1
+    posted = (("method", "POST"), ("route", "/sync/events"), ("status", "200"))
+    assert samples[("chat_request_duration_seconds_count", posted)] == 1
+    assert samples[("chat_request_duration_seconds_bucket", tuple(sorted((*posted, ("le", "+Inf")))))] == 1
+    assert samples[("chat_compaction_runs_total", ())] == 0
+    assert samples[("process_cpu_seconds_total", ())] > 0  # (the process's own, from prometheus_client)
 
 
 async def test_one_structured_log_line_per_request(client: Client, caplog: pytest.LogCaptureFixture) -> None:
