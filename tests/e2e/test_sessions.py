@@ -67,6 +67,8 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browse
 
     second = signed_up(browser, server)  # (in a context of its own: the second account exists)
     second_name = username_of(second)
+    # ...with its chat on the server before that browser closes (its outbox empty).
+    second.wait_for_function("() => pyodide.runPython('chat_client.store.pending_count()') === 0")
     second.context.close()
     banner.get_by_role("textbox", name="Username").fill(second_name)
     banner.get_by_label("Password").fill(PASSWORD)
