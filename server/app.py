@@ -32,7 +32,6 @@ from server.headers import SecurityHeaders, content_security_policy, security_he
 from server.help import HOME_NETWORK, help_page
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
-from server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from server.metrics import Metrics
 from server.openapi import DEFAULT_LIMIT, DOCS_PAGE, MAX_INT, MAX_LIMIT, MAX_STATE_LIMIT, openapi
 from server.runs import RunWorker, read_runs
@@ -514,7 +513,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.get("/metrics")
     async def metrics_page() -> Response:
-        return Response(metrics.render(), content_type=METRICS_CONTENT_TYPE)
+        return Response(metrics.render(), content_type=metrics.content_type)
 
     @app.get("/")
     async def index() -> Response:

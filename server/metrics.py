@@ -18,10 +18,11 @@ from prometheus_client import (
 )
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
+    content_type = CONTENT_TYPE_LATEST  # (of what render() gives)
+
     def __init__(self, live_sockets: Callable[[], int]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.registry)
