@@ -183,7 +183,8 @@ async function dispatch(action, data) {
 }
 
 // Drafts: saved at every keystroke, one save at a time; the next carries everything typed
-// meanwhile (per chat, so switching chats mid-save loses nothing).
+// meanwhile (per chat, so switching chats mid-save loses nothing). body[data-drafts] says where
+// that stands: "saving", then "saved" once everything typed is durable (or "failed").
 const draftsWanted = new Map(); // chat -> text not saved yet
 let draftSaving = false;
 async function saveDrafts() {
@@ -191,12 +192,16 @@ async function saveDrafts() {
   const [chat, text] = draftsWanted.entries().next().value;
   draftsWanted.delete(chat);
   draftSaving = true;
+  document.body.dataset.drafts = "saving";
+  let saved = false;
   try {
     await dispatch("draft", { chat, text });
+    saved = true;
   } catch (e) {
     console.error("draft not saved", e);
   } finally {
     draftSaving = false;
+    if (draftsWanted.size === 0) document.body.dataset.drafts = saved ? "saved" : "failed";
     saveDrafts();
   }
 }

@@ -5,6 +5,7 @@ once the browser is back."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -47,10 +48,11 @@ def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser,
     contexts = [browser.new_context(base_url=slow_demo.url) for _ in range(2)]
     a, b = (c.new_page() for c in contexts)
     sockets: list[WebSocketRoute] = []
-    cut = {"on": False}
+    cut = {"on": False, "refused": 0}
 
     def proxy(ws: WebSocketRoute) -> None:  # the page's live sockets go through the test
         if cut["on"]:
+            cut["refused"] += 1
             ws.close(code=4000, reason="network gone")
             return
         ws.connect_to_server()
@@ -72,8 +74,11 @@ def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser,
     cut["on"] = True
     for ws in sockets:
         ws.close(code=4000, reason="network gone")
-    a.wait_for_timeout(1500)
     assert a.locator(".message.assistant.completed").count() == 0  # it was cut mid-answer
+    deadline = time.monotonic() + 20
+    while cut["refused"] < 1:  # the page tried to come back, and the network was still gone
+        assert time.monotonic() < deadline, "the page never tried to reconnect"
+        a.wait_for_timeout(50)
     cut["on"] = False
     expect_replies(a, [expected])  # in full, once
     expect_replies(b, [expected])

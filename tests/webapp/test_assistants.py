@@ -16,6 +16,7 @@ from server.config import Settings
 from shared.assistants import RunInput
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
+from tests.waiting import until
 from tests.webapp.devices import Device, T, signup
 from webapp.assistants import LOCAL_TOOLS_ID, ToolAssistant, calculate, choose_tool
 from webapp.python_tool import run_python
@@ -145,10 +146,10 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     client.store.close()
     reloaded, _ = client_on(tmp_path / "local.db")
     reloaded.start()
-    await asyncio.sleep(0.05)
+    ended = await until(lambda: (m := reloaded.store.message(reply_id)) is not None and m.status != "streaming" and m,
+                        "the reply is still streaming")
     reloaded.stop()
-    ended = reloaded.store.message(reply_id)
-    assert ended is not None and ended.status == "failed_upstream"
+    assert ended.status == "failed_upstream"
 
 
 async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path) -> None:
