@@ -31,9 +31,10 @@ from shared.assistants import (
     Piece,
     Turn,
     UpstreamError,
+    completion_pieces,
     completion_request,
-    sse_pieces,
 )
+from shared.sse import SseDecoder
 
 
 class AssistantConfig(BaseModel):
@@ -104,19 +105,18 @@ class OpenAIModel:
                 async with client.stream("POST", self.url, json=body, headers=self.headers) as response:
                     if response.status_code >= 400:
                         raise UpstreamError(f"the model's service answered HTTP {response.status_code}")
-                    finished = False
-                    async for line in response.aiter_lines():
-                        pieces = sse_pieces(line)
-                        if pieces is None:
-                            finished = True
-                            break
-                        for piece in pieces:
-                            yield piece
-                    if not finished:
-                        raise UpstreamError("the model's stream broke off before the end")
+                    decoder = SseDecoder()
+                    async for text in response.aiter_text():
+                        for event in decoder.feed(text):
+                            pieces = completion_pieces(event.data)
+                            if pieces is None:
+                                return
+                            for piece in pieces:
+                                yield piece
+                    raise UpstreamError("the model's stream broke off before the end")
         except httpx.TimeoutException:
             raise UpstreamError(f"the model's service sent nothing for {self.timeout:g} s") from None
         except httpx.HTTPError as e:
             raise UpstreamError(f"the model's service could not be reached ({type(e).__name__})") from None
-        except (ValueError, TypeError, AttributeError):
+        except ValueError:
             raise UpstreamError("the model's service sent a stream that is not chat completions") from None

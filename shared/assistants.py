@@ -145,25 +145,26 @@ def completion_request(model: str, turns: list[Turn]) -> dict[str, Any]:
 DONE = "[DONE]"
 
 
-def sse_pieces(line: str) -> list[Piece] | None:
-    """The pieces one line of the stream carries; None for the end (``data: [DONE]``). Raises
-    ValueError when the line is not what a chat-completions stream sends."""
-    if not line.startswith("data:"):
-        return []
-    data = line[5:].strip()
-    if data == DONE:
+def completion_pieces(data: str) -> list[Piece] | None:
+    """The pieces one event of a chat-completions stream carries (its data: ``shared/sse.py``
+    decodes the stream); None for the end (``[DONE]``). Raises ValueError when the event is not
+    what a chat-completions stream sends."""
+    if data.strip() == DONE:
         return None
-    chunk = json.loads(data)
-    if not isinstance(chunk, dict):
-        raise ValueError("a chunk is not an object")
-    pieces = []
-    for choice in chunk.get("choices") or []:
-        text = (choice.get("delta") or {}).get("content")
-        if text:
-            pieces.append(Piece(text=str(text)))
-    usage = chunk.get("usage")
-    if usage:
-        pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))
+    try:
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("a chunk is not an object")
+        pieces = []
+        for choice in chunk.get("choices") or []:
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                pieces.append(Piece(text=str(text)))
+        usage = chunk.get("usage")
+        if usage:
+            pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))
+    except (TypeError, AttributeError) as e:  # a field of the wrong shape
+        raise ValueError(f"not a chat-completions chunk: {e}") from None
     return pieces
 
 

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from pyodide.ffi import create_once_callable, create_proxy, to_js  # type: ignore[import-not-found]
 from pyodide.http import pyfetch  # type: ignore[import-not-found]
 
-from shared.assistants import Piece, Turn, UpstreamError, completion_request, sse_pieces
+from shared.assistants import Piece, Turn, UpstreamError, completion_pieces, completion_request
 from shared.ids import Uuid7Generator
 from shared.models import (
     DomainEvent,
@@ -29,6 +29,7 @@ from shared.models import (
     UpdatesResponse,
     format_time,
 )
+from shared.sse import SseDecoder
 from webapp.app import AuthFailed, Client, Services
 from webapp.chunks import ChunkPersistence, Writes
 from webapp.store import LocalStore
@@ -161,7 +162,7 @@ class FetchModel:
             raise UpstreamError(f"{self.url} could not be reached (is it running, and does it allow this page?)") from None
         if not response.ok:
             raise UpstreamError(f"{self.url} answered HTTP {response.status}")
-        reader, decoder, buffer = response.body.getReader(), js.TextDecoder.new(), ""
+        reader, text, events = response.body.getReader(), js.TextDecoder.new(), SseDecoder()
         options = to_js({"stream": True}, dict_converter=js.Object.fromEntries)
         while True:
             try:
@@ -170,11 +171,9 @@ class FetchModel:
                 raise UpstreamError("the model's stream broke off") from None
             if chunk.done:
                 raise UpstreamError("the model's stream ended before its end")
-            buffer += str(decoder.decode(chunk.value, options))
-            while "\n" in buffer:
-                line, buffer = buffer.split("\n", 1)
+            for event in events.feed(str(text.decode(chunk.value, options))):
                 try:
-                    pieces = sse_pieces(line.strip())
+                    pieces = completion_pieces(event.data)
                 except ValueError:
                     raise UpstreamError("the model sent a stream that is not chat completions") from None
                 if pieces is None:
