@@ -13,7 +13,7 @@ from quart import Quart
 from shared.ids import Uuid7Generator
 from shared.models import Chat, ChatRef, DomainEvent, EventType, Message
 from tests.webapp.inprocess import InProcessTransport
-from webapp.store import FilePersistence, LocalStore
+from webapp.store import FilePersistence, LocalStore, Persistence
 from webapp.sync import SyncEngine
 
 new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
@@ -23,8 +23,9 @@ T = "2026-11-30T12:00:00.000Z"
 class Device:
     """One browser: a local database file and an engine, over an in-process transport."""
 
-    def __init__(self, app: Quart, token: str, path: Path) -> None:
+    def __init__(self, app: Quart, token: str, path: Path, persistence: Persistence | None = None) -> None:
         self.path = path
+        self.persistence = persistence or FilePersistence()
         self.transport = InProcessTransport(app.test_client(use_cookies=False), token)
         # A pull or a push under way in a task of its own (its answer held by the network): the
         # engine never runs two pulls or two pushes at once, and neither does sync() here.
@@ -32,7 +33,7 @@ class Device:
         self.open()
 
     def open(self) -> None:
-        self.store = LocalStore(str(self.path), FilePersistence())
+        self.store = LocalStore(str(self.path), self.persistence)
         self.engine = SyncEngine(
             self.store, self.transport, lambda: None, lambda s: None, min_backoff=0.01, max_backoff=0.05
         )
