@@ -4,7 +4,7 @@ Concurrent ``append`` calls queue up; a writer task (a few per process) takes ev
 and appends it in ONE transaction: the log head rows of all the accounts involved are locked (in
 account order, so two processes cannot deadlock), one read fetches every duplicate eventId and
 every row the events name, validation runs in memory against that read plus the batch's own
-earlier events, and the writes go out as a few multi-row statements. On PostgreSQL that is four
+earlier events (``server/validation.py``), and the writes go out as a few multi-row statements. On PostgreSQL that is four
 round trips: BEGIN, the lock with the read, the writes, COMMIT. A transaction costs about the same
 whether it carries one event or a thousand, so under load the cost per event falls.
 
@@ -23,28 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any
 
 import pydantic_core
 
 from server.db import Database, PostgresDatabase, Tx
-from server.store import Rejected, validation_error
+from server.store import Rejected
+from server.validation import AccountState, footprint, named_ids, validation_error
 from shared.models import (
-    Chat,
-    ChatRef,
     DomainEvent,
     EventResult,
-    Message,
-    MessageRef,
     RunCancel,
     RunRequest,
     format_time,
 )
 from shared.reducer import (
-    CANCELLABLE,
     DeleteChildren,
     Mutation,
     Patch,
@@ -64,110 +60,6 @@ EVENT_ID_COLUMNS = (("account_id", "text"), ("event_id", "text"), ("seq", "bigin
 MAX_WRITERS = 4
 # The most events one transaction carries; more wait for the next one.
 MAX_EVENTS_PER_TRANSACTION = 2000
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What an event touches, for compaction: ``entity`` and ``chat`` are keys such as ``c:<id>``
-    (a chat) or ``m:<id>`` (a message); ``kind`` is ``full`` (the whole entity: it supersedes the
-    entity's earlier events), ``delete`` (never superseded: a client that had the row needs it), or
-    ``patch`` (a partial change: it supersedes nothing)."""
-
-    entity: str
-    chat: str
-    kind: str
-
-
-def footprint(event: DomainEvent, chat_of_message: str | None) -> Footprint:
-    payload = event.payload
-    match payload:
-        case Chat():
-            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
-        case ChatRef():
-            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
-        case Message():
-            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
-        case MessageRef():
-            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
-        case RunRequest():
-            return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
-        case RunCancel():
-            return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
-        case _:  # (a new payload type fails type-checking here until it is handled above)
-            assert_never(payload)
-
-
-class _AccountState:
-    """One account's state as validation sees it during the transaction: what the prefetch read
-    returned, with the earlier accepted events of the transaction laid over it."""
-
-    def __init__(self) -> None:
-        self.chats: set[str] = set()
-        self.messages: dict[str, str | None] = {}
-        self.statuses: dict[str, str] = {}
-        self.runs: set[str] = set()
-        self.logged: dict[str, int] = {}  # eventId -> seq, for duplicates
-
-    def chat_exists(self, chat_id: str) -> bool:
-        return chat_id in self.chats
-
-    def message_chat(self, message_id: str) -> str | None:
-        chat = self.messages.get(message_id)
-        return chat if chat in self.chats else None  # a deleted chat took its messages
-
-    def message_status(self, message_id: str) -> str | None:
-        return self.statuses.get(message_id) if self.message_chat(message_id) else None
-
-    def run_exists(self, run_id: str) -> bool:
-        return run_id in self.runs
-
-    def apply(self, event: DomainEvent) -> None:
-        payload = event.payload
-        match payload:
-            case Chat():
-                self.chats.add(payload.id)
-            case ChatRef():
-                self.chats.discard(payload.id)
-            case Message():
-                self.messages[payload.id] = payload.chat_id
-                self.statuses[payload.id] = payload.status
-            case MessageRef():
-                self.messages[payload.id] = None
-            case RunRequest():
-                self.messages[payload.message_id] = payload.chat_id
-                self.statuses[payload.message_id] = "queued"
-                self.runs.add(payload.run_id)
-            case RunCancel():
-                if self.statuses.get(payload.message_id) in CANCELLABLE:
-                    self.statuses[payload.message_id] = "cancelled"
-            case _:
-                assert_never(payload)
-
-
-def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[str]]:
-    """The chat ids and message ids a batch refers to."""
-    chats: set[str] = set()
-    messages: set[str] = set()
-    for event in events:
-        payload = event.payload if isinstance(event, DomainEvent) else None
-        match payload:
-            case Chat() | ChatRef():
-                chats.add(payload.id)
-            case Message() | MessageRef():
-                chats.add(payload.chat_id)
-                messages.add(payload.id)
-            case RunRequest():
-                chats.add(payload.chat_id)
-                if payload.parent_id is not None:
-                    messages.add(payload.parent_id)  # (it must be a message of the chat)
-                messages.add(payload.message_id)
-            case RunCancel():
-                messages.add(payload.message_id)
-            case None:
-                pass
-            case _:
-                assert_never(payload)
-    return chats, messages
 
 
 def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
@@ -342,7 +234,7 @@ class Appender:
             )
         return plan.outcomes if written else None
 
-    def _plan(self, group: list[_Request], heads: dict[str, int], states: dict[str, _AccountState]) -> _Plan:
+    def _plan(self, group: list[_Request], heads: dict[str, int], states: dict[str, AccountState]) -> _Plan:
         """Validate the group's events against the state read and assign their seqs: the results,
         and what to write."""
         start = dict(heads)
@@ -419,7 +311,7 @@ class Appender:
 
 async def _lock_and_prefetch(
     tx: Tx, dialect: Dialect, group: list[_Request]
-) -> tuple[dict[str, int], dict[str, _AccountState]]:
+) -> tuple[dict[str, int], dict[str, AccountState]]:
     """Lock the group's log heads, then read, for the whole transaction, the eventIds already
     logged and the rows the events name. Returns each account's head seq and state.
 
@@ -459,9 +351,9 @@ def _heads(rows: list[tuple[Any, ...]], kind: str) -> dict[str, int]:
     return {str(r[1]): int(r[3]) for r in rows if r[0] == kind}
 
 
-def _states(group: list[_Request], rows: list[tuple[Any, ...]]) -> dict[str, _AccountState]:
+def _states(group: list[_Request], rows: list[tuple[Any, ...]]) -> dict[str, AccountState]:
     """The accounts' states from the prefetch read's rows (its other rows, heads, are skipped)."""
-    states = {r.account_id: _AccountState() for r in group}
+    states = {r.account_id: AccountState() for r in group}
     for kind, account, key, value, status in rows:
         if kind in ("h", "s"):
             continue
@@ -497,7 +389,7 @@ def _prefetch_query(dialect: Dialect, group: list[_Request]) -> tuple[str, list[
     message_pairs: set[tuple[str, str]] = set()
     run_pairs: set[tuple[str, str]] = set()
     for request in group:
-        chats, messages = _named_ids(request.events)
+        chats, messages = named_ids(request.events)
         event_pairs |= {(request.account_id, e.event_id) for e in request.events}
         run_pairs |= {
             (request.account_id, e.payload.run_id)
