@@ -41,8 +41,8 @@ from server.store import (
     Rejected,
     SessionInfo,
     UsernameTaken,
-    content_error,
 )
+from server.validation import content_error
 from shared.models import (
     Credentials,
     DomainEvent,

@@ -4,9 +4,10 @@ Concurrent ``append`` calls queue up; a writer task (a few per process) takes ev
 and appends it in ONE transaction: the log head rows of all the accounts involved are locked (in
 account order, so two processes cannot deadlock), one read fetches every duplicate eventId and
 every row the events name, validation runs in memory against that read plus the batch's own
-earlier events, and the writes go out as a few multi-row statements. On PostgreSQL that is four
-round trips: BEGIN, the lock with the read, the writes, COMMIT. A transaction costs about the same
-whether it carries one event or a thousand, so under load the cost per event falls.
+earlier events (``server/validation.py``), and the writes go out as a few multi-row statements
+(``server/append_sql.py``). On PostgreSQL that is four round trips: BEGIN, the lock with the
+read, the writes, COMMIT. A transaction costs about the same whether it carries one event or a
+thousand, so under load the cost per event falls.
 
 On PostgreSQL a group whose accounts all have a log and whose writes fit in one statement (the
 common case: new and edited messages and chats) first goes the optimistic way, in two round
@@ -22,198 +23,23 @@ other requests too, each request is retried alone, so one request cannot fail an
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any
 
-import pydantic_core
-
+from server.append_sql import insert_runs, lock_and_prefetch, prefetch, write, write_if_heads_are
 from server.db import Database, PostgresDatabase, Tx
-from server.store import Rejected, validation_error
-from shared.models import (
-    Chat,
-    ChatRef,
-    DomainEvent,
-    EventResult,
-    Message,
-    MessageRef,
-    RunCancel,
-    RunRequest,
-    format_time,
-)
-from shared.reducer import (
-    CANCELLABLE,
-    DeleteChildren,
-    Mutation,
-    Patch,
-    Upsert,
-    mutations,
-)
-from shared.schema import TABLES, Dialect, Sql, Table
-
-EVENT_COLUMNS = (
-    ("account_id", "text"), ("seq", "bigint"), ("event_id", "text"), ("type", "text"), ("payload", "text"),
-    ("created_at", "text"), ("origin", "text"), ("entity", "text"), ("chat", "text"), ("kind", "text"),
-)
-EVENT_ID_COLUMNS = (("account_id", "text"), ("event_id", "text"), ("seq", "bigint"))
+from server.store import Rejected
+from server.validation import AccountState, footprint, validation_error
+from shared.models import DomainEvent, EventResult, RunCancel, RunRequest, format_time
+from shared.reducer import Mutation, mutations
 
 # Transactions in flight at once per process: while one waits for its commit to reach the disk,
 # the next group is already on its way. Appends of one account still serialize on its log row.
 MAX_WRITERS = 4
 # The most events one transaction carries; more wait for the next one.
 MAX_EVENTS_PER_TRANSACTION = 2000
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What an event touches, for compaction: ``entity`` and ``chat`` are keys such as ``c:<id>``
-    (a chat) or ``m:<id>`` (a message); ``kind`` is ``full`` (the whole entity: it supersedes the
-    entity's earlier events), ``delete`` (never superseded: a client that had the row needs it), or
-    ``patch`` (a partial change: it supersedes nothing)."""
-
-    entity: str
-    chat: str
-    kind: str
-
-
-def footprint(event: DomainEvent, chat_of_message: str | None) -> Footprint:
-    payload = event.payload
-    match payload:
-        case Chat():
-            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "full")
-        case ChatRef():
-            return Footprint(f"c:{payload.id}", f"c:{payload.id}", "delete")
-        case Message():
-            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "full")
-        case MessageRef():
-            return Footprint(f"m:{payload.id}", f"c:{payload.chat_id}", "delete")
-        case RunRequest():
-            return Footprint(f"m:{payload.message_id}", f"c:{payload.chat_id}", "full")
-        case RunCancel():
-            return Footprint(f"m:{payload.message_id}", f"c:{chat_of_message}", "patch")
-        case _:  # (a new payload type fails type-checking here until it is handled above)
-            assert_never(payload)
-
-
-class _AccountState:
-    """One account's state as validation sees it during the transaction: what the prefetch read
-    returned, with the earlier accepted events of the transaction laid over it."""
-
-    def __init__(self) -> None:
-        self.chats: set[str] = set()
-        self.messages: dict[str, str | None] = {}
-        self.statuses: dict[str, str] = {}
-        self.runs: set[str] = set()
-        self.logged: dict[str, int] = {}  # eventId -> seq, for duplicates
-
-    def chat_exists(self, chat_id: str) -> bool:
-        return chat_id in self.chats
-
-    def message_chat(self, message_id: str) -> str | None:
-        chat = self.messages.get(message_id)
-        return chat if chat in self.chats else None  # a deleted chat took its messages
-
-    def message_status(self, message_id: str) -> str | None:
-        return self.statuses.get(message_id) if self.message_chat(message_id) else None
-
-    def run_exists(self, run_id: str) -> bool:
-        return run_id in self.runs
-
-    def apply(self, event: DomainEvent) -> None:
-        payload = event.payload
-        match payload:
-            case Chat():
-                self.chats.add(payload.id)
-            case ChatRef():
-                self.chats.discard(payload.id)
-            case Message():
-                self.messages[payload.id] = payload.chat_id
-                self.statuses[payload.id] = payload.status
-            case MessageRef():
-                self.messages[payload.id] = None
-            case RunRequest():
-                self.messages[payload.message_id] = payload.chat_id
-                self.statuses[payload.message_id] = "queued"
-                self.runs.add(payload.run_id)
-            case RunCancel():
-                if self.statuses.get(payload.message_id) in CANCELLABLE:
-                    self.statuses[payload.message_id] = "cancelled"
-            case _:
-                assert_never(payload)
-
-
-def _named_ids(events: Iterable[DomainEvent | Rejected]) -> tuple[set[str], set[str]]:
-    """The chat ids and message ids a batch refers to."""
-    chats: set[str] = set()
-    messages: set[str] = set()
-    for event in events:
-        payload = event.payload if isinstance(event, DomainEvent) else None
-        match payload:
-            case Chat() | ChatRef():
-                chats.add(payload.id)
-            case Message() | MessageRef():
-                chats.add(payload.chat_id)
-                messages.add(payload.id)
-            case RunRequest():
-                chats.add(payload.chat_id)
-                if payload.parent_id is not None:
-                    messages.add(payload.parent_id)  # (it must be a message of the chat)
-                messages.add(payload.message_id)
-            case RunCancel():
-                messages.add(payload.message_id)
-            case None:
-                pass
-            case _:
-                assert_never(payload)
-    return chats, messages
-
-
-def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
-    """``(a, b) IN <the pairs>`` and its parameters. PostgreSQL gets two arrays, so the statement
-    text is the same whatever the count (asyncpg prepares each distinct text once); SQLite gets
-    ``a = ? AND b IN (...)`` for each first value, joined by OR (it searches the key's index for
-    each; a row value IN a VALUES list scanned the whole table), or a false condition when there
-    are none."""
-    if dialect == "postgres":
-        return f"({columns}) IN (SELECT * FROM unnest(?::text[], ?::text[]))", [
-            [a for a, _ in pairs],
-            [b for _, b in pairs],
-        ]
-    if not pairs:
-        return "1 = 0", []
-    first, second = columns.split(", ")
-    by_first: dict[str, list[str]] = {}
-    for a, b in pairs:
-        by_first.setdefault(a, []).append(b)
-    terms = [f"({first} = ? AND {second} IN ({', '.join('?' for _ in bs)}))" for bs in by_first.values()]
-    return "(" + " OR ".join(terms) + ")", [v for a, bs in by_first.items() for v in (a, *bs)]
-
-
-def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Any]]:
-    """Create the accounts' log head rows if need be and lock them until commit (PostgreSQL's
-    ON CONFLICT DO UPDATE takes the row locks, in account order, so two processes cannot
-    deadlock; SQLite's write transaction is exclusive)."""
-    params: list[Any]
-    if dialect == "postgres":
-        rows_sql, params = "SELECT unnest(?::text[]) ORDER BY 1", [ordered]
-    else:
-        rows_sql, params = "VALUES " + ", ".join("(?)" for _ in ordered), list(ordered)
-    sql = (
-        f"INSERT INTO logs (account_id) {rows_sql}"
-        " ON CONFLICT (account_id) DO UPDATE SET head_seq = logs.head_seq"
-        " RETURNING account_id, head_seq, min_available_seq"
-    )
-    return sql, params
-
-
-async def lock_heads(tx: Tx, dialect: Dialect, account_ids: list[str]) -> list[tuple[str, int, int]]:
-    """Lock the accounts' log head rows (see ``_lock_sql``). Returns (account, head seq, min
-    available seq) in account order."""
-    sql, params = _lock_sql(dialect, sorted(set(account_ids)))
-    rows = await tx.fetchall(sql, *params)
-    return sorted((str(r[0]), int(r[1]), int(r[2])) for r in rows)
 
 
 @dataclass
@@ -237,7 +63,6 @@ class Appender:
     def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
         self._db = db
         self._clock = clock
-        self._sql = Sql(db.dialect, scoped=True)
         self._queue: list[_Request] = []
         self._writers: set[asyncio.Task[None]] = set()  # (held: the loop keeps only weak references)
         self._draining = 0  # writers still taking from the queue
@@ -294,16 +119,9 @@ class Appender:
             if outcomes is not None:
                 return outcomes
         async with self._db.transaction(write=True) as tx:
-            heads, states = await _lock_and_prefetch(tx, self._db.dialect, group)
+            heads, states = await lock_and_prefetch(tx, self._db.dialect, group)
             plan = self._plan(group, heads, states)
-            if plan.log_rows:
-                await self._write(tx, plan.log_rows, plan.changes, plan.heads)
-            if plan.runs:  # each accepted AssistantRunRequested: a durable run, queued
-                await tx.executemany(
-                    "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    plan.runs,
-                )
+            await self._write(tx, plan)
         return plan.outcomes
 
     async def _optimistic(
@@ -313,36 +131,20 @@ class Appender:
         write that locks the heads and writes only if none moved since the read. None when this
         cannot be done (a new account, writes that need more than one statement, a head that
         moved): the caller then takes the locking path, and nothing was written."""
-        accounts = sorted({r.account_id for r in group})
-        query, params = _prefetch_query("postgres", group)
         async with db.autocommit() as tx:
-            rows = await tx.fetchall(
-                f"{_SEEN_HEADS} UNION ALL {query}",
-                accounts,
-                *params,
-            )
-            heads = _heads(rows, "s")
-            if len(heads) != len(accounts):
+            heads, states = await prefetch(tx, group)
+            if len(heads) != len({r.account_id for r in group}):
                 return None  # a new account: its head row is made under the lock
-            expected = [heads[a] for a in accounts]
-            plan = self._plan(group, heads, _states(group, rows))
+            expected = dict(heads)  # (planning moves ``heads`` on)
+            plan = self._plan(group, heads, states)
             if not plan.log_rows:
                 return plan.outcomes  # duplicates and rejections only: nothing to write
-            runs = list(_runs(plan.changes, "postgres"))
-            tables = _leading_upsert_tables(runs)
-            if plan.runs or len(tables) != len(runs):
-                return None
-            written = await tx.fetchall(
-                _pg_log_write(tuple(tables), if_heads_are=True),
-                accounts,
-                accounts,
-                expected,
-                _json_rows(plan.log_rows),
-                *(_upsert_rows(table, run) for table, (_, run) in zip(tables, runs)),
-            )
+            if plan.runs:
+                return None  # (queueing a run takes a statement of its own)
+            written = await write_if_heads_are(tx, expected, plan.log_rows, plan.changes)
         return plan.outcomes if written else None
 
-    def _plan(self, group: list[_Request], heads: dict[str, int], states: dict[str, _AccountState]) -> _Plan:
+    def _plan(self, group: list[_Request], heads: dict[str, int], states: dict[str, AccountState]) -> _Plan:
         """Validate the group's events against the state read and assign their seqs: the results,
         and what to write."""
         start = dict(heads)
@@ -382,244 +184,9 @@ class Appender:
         plan.heads = {a: h for a, h in heads.items() if h != start[a]}
         return plan
 
-    async def _write(
-        self,
-        tx: Tx,
-        log_rows: list[tuple[Any, ...]],
-        mutations: list[tuple[str, Mutation]],
-        heads: dict[str, int],
-    ) -> None:
-        """The writes, in order, as few statements as possible: on PostgreSQL the log rows, their
-        eventIds, the new heads and the leading upserts in one statement; then the state mutations
-        in runs (see ``_runs``), each run one statement."""
-        runs = list(_runs(mutations, self._db.dialect))
-        if self._db.dialect == "postgres":
-            # The leading upserts ride along, one per table: no row is written twice in one
-            # statement, and they still come before the mutations after them.
-            tables = _leading_upsert_tables(runs)
-            folded, runs = runs[: len(tables)], runs[len(tables) :]
-            upsert_rows = [_upsert_rows(table, run) for table, (_, run) in zip(tables, folded)]
-            await tx.execute(_pg_log_write(tuple(tables)), _json_rows(log_rows), *upsert_rows)
-        else:
-            id_rows = [(row[0], row[2], row[1]) for row in log_rows]
-            for name, columns, rows in (("events", EVENT_COLUMNS, log_rows), ("event_ids", EVENT_ID_COLUMNS, id_rows)):
-                names, marks = ", ".join(n for n, _ in columns), ", ".join("?" for _ in columns)
-                await tx.executemany(f"INSERT INTO {name} ({names}) VALUES ({marks})", rows)
-            await tx.executemany(
-                "UPDATE logs SET head_seq = ? WHERE account_id = ?", [(h, a) for a, h in sorted(heads.items())]
-            )
-        for upserts, run in runs:
-            if upserts:  # PostgreSQL: one statement for the run, its rows in one JSON parameter
-                table = TABLES[run[0][1].table]
-                await tx.execute(_pg_upsert(table), _upsert_rows(table, run))
-            else:
-                rendered = [self._sql.mutation(m, account) for account, m in run]
-                await tx.executemany(rendered[0][0], [params for _, params in rendered])
-
-
-async def _lock_and_prefetch(
-    tx: Tx, dialect: Dialect, group: list[_Request]
-) -> tuple[dict[str, int], dict[str, _AccountState]]:
-    """Lock the group's log heads, then read, for the whole transaction, the eventIds already
-    logged and the rows the events name. Returns each account's head seq and state.
-
-    On PostgreSQL both go in one statement, which also reads the heads as of its snapshot: that
-    snapshot is taken before the lock is granted, so when a head moved meanwhile (another
-    transaction of the account committed while this one waited for its lock) the rows are read
-    again, now under the lock. Without contention that is one round trip instead of two."""
-    accounts = sorted({r.account_id for r in group})
-    query, params = _prefetch_query(dialect, group)
-    if dialect == "postgres":
-        lock, lock_params = _lock_sql(dialect, accounts)
-        rows = await tx.fetchall(
-            f"""WITH locked AS ({lock})
-            SELECT 'h', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM locked
-            UNION ALL
-            {_SEEN_HEADS}
-            UNION ALL
-            {query}""",
-            *lock_params,
-            accounts,
-            *params,
-        )
-        heads, seen = _heads(rows, "h"), _heads(rows, "s")
-        if any(seen.get(a, 0) != h for a, h in heads.items()):
-            rows = await tx.fetchall(query, *params)
-    else:
-        heads = {a: h for a, h, _ in await lock_heads(tx, dialect, accounts)}
-        rows = await tx.fetchall(query, *params)
-    return heads, _states(group, rows)
-
-
-# The accounts' heads as the reading statement's snapshot has them, as rows of the prefetch's shape.
-_SEEN_HEADS = "SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])"
-
-
-def _heads(rows: list[tuple[Any, ...]], kind: str) -> dict[str, int]:
-    return {str(r[1]): int(r[3]) for r in rows if r[0] == kind}
-
-
-def _states(group: list[_Request], rows: list[tuple[Any, ...]]) -> dict[str, _AccountState]:
-    """The accounts' states from the prefetch read's rows (its other rows, heads, are skipped)."""
-    states = {r.account_id: _AccountState() for r in group}
-    for kind, account, key, value, status in rows:
-        if kind in ("h", "s"):
-            continue
-        state = states[str(account)]
-        if kind == "e":
-            state.logged[str(key)] = int(value)
-        elif kind == "m":
-            state.messages[str(key)] = str(value)
-            state.statuses[str(key)] = str(status)
-        elif kind == "r":
-            state.runs.add(str(key))
-        else:
-            state.chats.add(str(key))
-    return states
-
-
-def _leading_upsert_tables(runs: list[tuple[bool, list[tuple[str, Mutation]]]]) -> list[Table]:
-    """The tables of the leading upsert runs, one run per table, that can ride in the log write
-    (no row is written twice in one statement, and they still come before the runs after them)."""
-    tables: list[Table] = []
-    for upserts, run in runs:
-        table = TABLES[run[0][1].table]
-        if not upserts or table in tables:
-            break
-        tables.append(table)
-    return tables
-
-
-def _prefetch_query(dialect: Dialect, group: list[_Request]) -> tuple[str, list[Any]]:
-    """One read for the whole transaction: the eventIds already logged, and the named rows."""
-    event_pairs: set[tuple[str, str]] = set()
-    chat_pairs: set[tuple[str, str]] = set()
-    message_pairs: set[tuple[str, str]] = set()
-    run_pairs: set[tuple[str, str]] = set()
-    for request in group:
-        chats, messages = _named_ids(request.events)
-        event_pairs |= {(request.account_id, e.event_id) for e in request.events}
-        run_pairs |= {
-            (request.account_id, e.payload.run_id)
-            for e in request.events
-            if isinstance(e, DomainEvent) and isinstance(e.payload, RunRequest)
-        }
-        chat_pairs |= {(request.account_id, c) for c in chats}
-        message_pairs |= {(request.account_id, m) for m in messages}
-    in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
-    in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
-    in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
-    # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
-    in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
-    in_runs, run_params = _pairs_in(dialect, "account_id, id", sorted(run_pairs))
-    query = f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
-        UNION ALL
-        SELECT 'm', account_id, id, chat_id, status FROM messages WHERE {in_messages}
-        UNION ALL
-        SELECT 'c', account_id, id, NULL, NULL FROM chats WHERE {in_chats}
-        UNION ALL
-        SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
-            JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
-            WHERE {in_messages_of_chats}
-        UNION ALL
-        SELECT 'r', account_id, id, NULL, NULL FROM runs WHERE {in_runs}"""
-    return query, [*event_params, *message_params, *chat_params, *message_params, *run_params]
-
-
-def _runs(mutations: list[tuple[str, Mutation]], dialect: Dialect) -> Iterator[tuple[bool, list[tuple[str, Mutation]]]]:
-    """Consecutive mutations that can go out as one statement, in order: on PostgreSQL, upserts
-    into one table with no key twice (one statement cannot update a row twice); otherwise those
-    that render to the same SQL."""
-    run: list[tuple[str, Mutation]] = []
-    keys: set[tuple[str, str]] = set()
-    upserts = False
-    for account, mutation in mutations:
-        is_upsert = dialect == "postgres" and isinstance(mutation, Upsert)
-        if run:
-            same = is_upsert == upserts and type(mutation) is type(run[0][1]) and mutation.table == run[0][1].table
-            if is_upsert:
-                same = same and (account, mutation.row["id"]) not in keys  # type: ignore[union-attr]
-            else:
-                same = same and _shape(mutation) == _shape(run[0][1])
-            if not same:
-                yield upserts, run
-                run, keys = [], set()
-        run.append((account, mutation))
-        upserts = is_upsert
-        if is_upsert:
-            keys.add((account, mutation.row["id"]))  # type: ignore[union-attr]
-    if run:
-        yield upserts, run
-
-
-def _shape(mutation: Mutation) -> tuple[Any, ...]:
-    """What decides a mutation's SQL text (besides its type and table)."""
-    if isinstance(mutation, DeleteChildren):
-        return (mutation.column,)
-    if isinstance(mutation, Patch):
-        return (tuple(mutation.values), len(mutation.only_if_status))
-    return ()
-
-
-@functools.cache
-def _pg_upsert(table: Table, where: str = "") -> str:
-    columns = (("account_id", "text"),) + tuple(
-        (c.name, "bigint" if c.type == "integer" else "text") for c in table.columns
-    )
-    updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
-    return (
-        f"INSERT INTO {table.name} ({', '.join(n for n, _ in columns)}) {_from_json_rows(columns)} {where} "
-        f"ON CONFLICT (account_id, id) DO UPDATE SET {updates}"
-    )
-
-
-# Many rows go to PostgreSQL as ONE parameter, a JSON array of arrays: the statement text is the
-# same whatever the count, and encoding it costs a fraction of one array parameter per column.
-def _json_rows(rows: list[tuple[Any, ...]]) -> str:
-    return pydantic_core.to_json(rows).decode()  # (pydantic's Rust encoder: twice json's speed)
-
-
-def _from_json_rows(columns: tuple[tuple[str, str], ...]) -> str:
-    values = ", ".join(f"(r->>{i})::{kind}" for i, (_, kind) in enumerate(columns))
-    return f"SELECT {values} FROM jsonb_array_elements(?::jsonb) AS r"
-
-
-def _upsert_rows(table: Table, run: list[tuple[str, Mutation]]) -> str:
-    return _json_rows([(account, *(m.row[c] for c in table.column_names)) for account, m in run])  # type: ignore[union-attr]
-
-
-# PostgreSQL tells every server process of each commit (server/fanout.py listens): the payload is
-# "<account> <seq>", delivered at commit, in commit order; nothing is sent for a rollback.
-NOTIFY_CHANNEL = "chat_log"
-
-# One round trip for the log rows, their eventIds, each account's new head (its last seq), the
-# notifications and the given tables' upserts: they touch different tables, so one statement may
-# hold them all (its parts see one snapshot, none another's writes). With ``if_heads_are`` the
-# statement first locks the heads (its first two parameters: the accounts, in order, and their
-# expected heads) and writes nothing unless every one is as expected: then it returns no rows.
-@functools.cache
-def _pg_log_write(upserts: tuple[Table, ...], if_heads_are: bool = False) -> str:
-    check, where = "", ""
-    if if_heads_are:
-        check = """locked AS (
-            SELECT account_id, head_seq FROM logs WHERE account_id = ANY(?::text[]) ORDER BY account_id FOR UPDATE
-        ), expected AS (
-            SELECT * FROM unnest(?::text[], ?::bigint[]) AS e(account_id, head_seq)
-        ), unmoved AS (
-            SELECT (SELECT count(*) FROM expected) = count(*) AS ok
-            FROM locked JOIN expected USING (account_id) WHERE locked.head_seq = expected.head_seq
-        ), """
-        where = "WHERE (SELECT ok FROM unmoved)"
-    also = "".join(f", upsert_{table.name} AS ({_pg_upsert(table, where)})" for table in upserts)
-    return f"""WITH {check}logged AS (
-        INSERT INTO events ({", ".join(n for n, _ in EVENT_COLUMNS)})
-        {_from_json_rows(EVENT_COLUMNS)} {where}
-        RETURNING account_id, event_id, seq
-    ), remembered AS (
-        INSERT INTO event_ids ({", ".join(n for n, _ in EVENT_ID_COLUMNS)})
-        SELECT account_id, event_id, seq FROM logged
-    ){also}
-    UPDATE logs SET head_seq = heads.head_seq
-    FROM (SELECT account_id, max(seq) AS head_seq FROM logged GROUP BY account_id) AS heads
-    WHERE logs.account_id = heads.account_id
-    RETURNING pg_notify('{NOTIFY_CHANNEL}', logs.account_id || ' ' || logs.head_seq)"""
+    async def _write(self, tx: Tx, plan: _Plan) -> None:
+        """The plan's writes: the events and the state's mutations, then the runs requested."""
+        if plan.log_rows:
+            await write(tx, self._db.dialect, plan.log_rows, plan.changes, plan.heads)
+        if plan.runs:
+            await insert_runs(tx, plan.runs)

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from server.appender import Appender, lock_heads
+from server.append_sql import lock_heads
+from server.appender import Appender
 from server.db import Database, Tx, UniqueViolation
 from server.migrations import MIGRATIONS
 from server.store import (

@@ -1,6 +1,6 @@
 """Live fan-out across server processes on one PostgreSQL.
 
-Every append transaction NOTIFYs ``chat_log`` with ``"<account> <seq>"`` (server/appender.py),
+Every append transaction NOTIFYs ``chat_log`` with ``"<account> <seq>"`` (server/append_sql.py),
 delivered at commit. Each process keeps one connection that LISTENs and wakes its local sockets of
 that account (server/live.py); the sockets then read the events from the store, so a lost or
 duplicated notification can delay an event but never drop or repeat one. When the listening
@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from server.appender import NOTIFY_CHANNEL
+from server.append_sql import NOTIFY_CHANNEL
 from server.db import Database
 from server.live import Hub
 from shared.models import DeltaFrame

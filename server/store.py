@@ -7,8 +7,8 @@ Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
   its transaction, so a rolled-back append leaves no hole and appends of one account serialize.
 * ``append`` handles one batch in one transaction. Each event is checked for a duplicate eventId
   (answered ``duplicate`` with its original seq), validated against the state as it stands after
-  the earlier events of the batch, then logged and applied with the ``shared`` reducer. A rejected
-  event leaves no trace; it does not stop the others.
+  the earlier events of the batch (``server/validation.py``), then logged and applied with the
+  ``shared`` reducer. A rejected event leaves no trace; it does not stop the others.
 * Every state row carries ``last_seq``; the rows with ``last_seq <= N`` plus the events after N
   are exactly the current state.
 * eventIds are remembered for ever (they outlive compaction).
@@ -19,19 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.models import (
-    Chat,
-    ChatRef,
-    DomainEvent,
-    EventResult,
-    EventType,
-    LoggedEvent,
-    Message,
-    MessageRef,
-    RunCancel,
-    RunRequest,
-    Snapshot,
-)
+from shared.models import DomainEvent, EventResult, LoggedEvent, Snapshot
 
 
 class StoreError(Exception):
@@ -152,69 +140,3 @@ class EventStore(Protocol):
     async def find_session(self, token_hash: str) -> SessionInfo | None: ...
 
     async def delete_session(self, token_hash: str) -> None: ...
-
-
-class StateReader(Protocol):
-    """What validation needs to know about the current state, inside the append transaction
-    (read ahead of validation, so validation does no I/O)."""
-
-    def chat_exists(self, chat_id: str) -> bool: ...
-
-    def message_chat(self, message_id: str) -> str | None:
-        """The chat of an existing message, or None when there is no such message."""
-
-    def message_status(self, message_id: str) -> str | None:
-        """The status of an existing message."""
-
-    def run_exists(self, run_id: str) -> bool:
-        """Whether an assistant run with this id was ever requested."""
-
-
-# An assistant reply whose run has ended keeps its status for good: a run's late checkpoint or
-# final message cannot undo a Stop (a client may still edit the text).
-ENDED = ("completed", "failed_upstream", "cancelled")
-
-
-def validation_error(event: DomainEvent, state: StateReader) -> str | None:
-    """Why ``event`` cannot be applied to the current state, or None when it can."""
-    payload = event.payload
-    kind = event.type
-    if kind is EventType.CHAT_CREATED:
-        assert isinstance(payload, Chat)
-        return "this chat already exists" if state.chat_exists(payload.id) else None
-    if kind in (EventType.CHAT_UPDATED, EventType.CHAT_DELETED):
-        assert isinstance(payload, (Chat, ChatRef))
-        return None if state.chat_exists(payload.id) else "unknown chat"
-    if isinstance(payload, (Message, MessageRef, RunRequest)):
-        if not state.chat_exists(payload.chat_id):
-            return "unknown chat"
-    if isinstance(payload, RunRequest):
-        if state.run_exists(payload.run_id):
-            return "this run already exists (a new request needs a new runId)"
-        if payload.parent_id is not None and state.message_chat(payload.parent_id) != payload.chat_id:
-            return "the message to answer (parentId) is not in this chat"
-        exists = state.message_chat(payload.message_id) is not None
-        return "this message already exists" if exists else None
-    if isinstance(payload, RunCancel):
-        return None if state.message_chat(payload.message_id) else "unknown message"
-    assert isinstance(payload, (Message, MessageRef))
-    chat_of_message = state.message_chat(payload.id)
-    if kind is EventType.MESSAGE_APPENDED:
-        return "this message already exists" if chat_of_message is not None else None
-    if kind in (EventType.MESSAGE_EDITED, EventType.MESSAGE_DELETED) and chat_of_message is None:
-        return "unknown message"
-    if chat_of_message is not None and chat_of_message != payload.chat_id:
-        return "a message cannot move to another chat"
-    if isinstance(payload, Message) and chat_of_message is not None:
-        status = state.message_status(payload.id)
-        if status in ENDED and payload.status != status:
-            return f"the run of this message has ended ({status})"
-    return None
-
-
-def content_error(event: DomainEvent, max_content_chars: int) -> str | None:
-    """Why ``event`` is over this server's limit on a message's length, or None when it is not
-    (checked before the append, as a ``Rejected``: ``POST /sync/events`` and ``python -m server import``)."""
-    if isinstance(event.payload, Message) and len(event.payload.content) > max_content_chars:
-        return f"the message is longer than {max_content_chars:,} characters (this server's limit)"
-    return None

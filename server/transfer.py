@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from server.app import open_store, utc_now
 from server.config import Settings
 from server.event_store import SqlEventStore
-from server.store import Account, Rejected, content_error
+from server.store import Account, Rejected
+from server.validation import content_error
 from shared.models import Chat, DomainEvent, EventResult, format_time
 from shared.transfer import Export, batches, export_of, import_events
 

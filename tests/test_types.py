@@ -45,5 +45,5 @@ def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handl
         timeout=300,
     )
     assert done.returncode != 0
-    for place in ("shared/reducer.py", "server/appender.py"):
+    for place in ("shared/reducer.py", "server/validation.py"):
         assert any(place in line and "assert_never" in line for line in done.stdout.splitlines()), done.stdout

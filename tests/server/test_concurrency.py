@@ -187,7 +187,7 @@ async def test_a_head_that_moves_between_the_read_and_the_write_sends_the_append
             return await real_fetchall(self, sql, *params)
 
         locking = 0
-        real_lock_and_prefetch = server.appender._lock_and_prefetch
+        real_lock_and_prefetch = server.appender.lock_and_prefetch
 
         async def counting(*args: Any) -> Any:
             nonlocal locking
@@ -195,7 +195,7 @@ async def test_a_head_that_moves_between_the_read_and_the_write_sends_the_append
             return await real_lock_and_prefetch(*args)
 
         monkeypatch.setattr(_PostgresTx, "fetchall", fetchall)
-        monkeypatch.setattr(server.appender, "_lock_and_prefetch", counting)
+        monkeypatch.setattr(server.appender, "lock_and_prefetch", counting)
         message = DomainEvent.model_validate(event_message("MessageAppended", new_id(), chat))
         results, head = await first.append(account, "dev-1", [DomainEvent.model_validate(created), message])
 

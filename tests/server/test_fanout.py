@@ -7,7 +7,7 @@ import uuid
 
 import asyncpg
 
-from server.appender import NOTIFY_CHANNEL
+from server.append_sql import NOTIFY_CHANNEL
 from server.fanout import PostgresListener
 from server.live import Hub, SharedReads, Subscription
 from server.store import Updates

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from server.appender import _prefetch_query, _Request
+from server.append_sql import _prefetch_query
+from server.appender import _Request
 from server.db import SqliteDatabase
 from shared.models import DomainEvent
 from tests.server.events import chat_created, event, message, new_id

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import server.appender
+import server.append_sql
 from server.event_store import SqlEventStore
 from server.store import CursorExpired, Rejected
 from shared.models import DomainEvent
@@ -70,7 +70,7 @@ async def test_an_error_in_the_middle_of_a_batch_applies_nothing(
 ) -> None:
     account, chat = new_id(), new_id()
     await store.append(account, "dev", parse(chat_created(chat)))
-    real_runs = server.appender._runs
+    real_runs = server.append_sql._runs
 
     def failing_runs(*args: Any) -> Any:
         # Called once the batch's log rows are inserted: the first run of state writes goes out,
@@ -80,11 +80,11 @@ async def test_an_error_in_the_middle_of_a_batch_applies_nothing(
                 raise RuntimeError("injected failure")
             yield run
 
-    monkeypatch.setattr(server.appender, "_runs", failing_runs)
+    monkeypatch.setattr(server.append_sql, "_runs", failing_runs)
     batch = parse(message("MessageAppended", new_id(), chat), message("MessageAppended", new_id(), chat))
     with pytest.raises(RuntimeError, match="injected"):
         await store.append(account, "dev", batch)
-    monkeypatch.setattr(server.appender, "_runs", real_runs)
+    monkeypatch.setattr(server.append_sql, "_runs", real_runs)
 
     assert await store.current_seq(account) == 1
     assert [e.seq for e in (await store.read_updates(account, 0, 10)).events] == [1]

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from server.store import validation_error
+from server.validation import validation_error
 from shared.models import Chat, DomainEvent, EventType, Message
 from shared.reducer import Upsert, apply
 from shared.transfer import Export, batches, export_of, import_events
