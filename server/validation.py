@@ -7,7 +7,7 @@ names, and what it touches.
 events' named ids (``named_ids``), with the transaction's earlier accepted events laid over it.
 Each logged event carries its ``footprint``, which compaction reads.
 
-The functions that branch on payloads end in ``typing.assert_never``: a new payload type fails
+The functions that branch on event types and payloads end in ``typing.assert_never``: a new one fails
 type-checking here until each one handles it (``tests/test_types.py``).
 """
 
@@ -55,26 +55,42 @@ ENDED = ("completed", "failed_upstream", "cancelled")
 def validation_error(event: DomainEvent, state: StateReader) -> str | None:
     """Why ``event`` cannot be applied to the current state, or None when it can."""
     payload = event.payload
-    kind = event.type
-    if kind is EventType.CHAT_CREATED:
-        assert isinstance(payload, Chat)
-        return "this chat already exists" if state.chat_exists(payload.id) else None
-    if kind in (EventType.CHAT_UPDATED, EventType.CHAT_DELETED):
-        assert isinstance(payload, (Chat, ChatRef))
-        return None if state.chat_exists(payload.id) else "unknown chat"
-    if isinstance(payload, (Message, MessageRef, RunRequest)):
-        if not state.chat_exists(payload.chat_id):
-            return "unknown chat"
-    if isinstance(payload, RunRequest):
-        if state.run_exists(payload.run_id):
-            return "this run already exists (a new request needs a new runId)"
-        if payload.parent_id is not None and state.message_chat(payload.parent_id) != payload.chat_id:
-            return "the message to answer (parentId) is not in this chat"
-        exists = state.message_chat(payload.message_id) is not None
-        return "this message already exists" if exists else None
-    if isinstance(payload, RunCancel):
-        return None if state.message_chat(payload.message_id) else "unknown message"
-    assert isinstance(payload, (Message, MessageRef))
+    match event.type:
+        case EventType.CHAT_CREATED:
+            assert isinstance(payload, Chat)
+            return "this chat already exists" if state.chat_exists(payload.id) else None
+        case EventType.CHAT_UPDATED | EventType.CHAT_DELETED:
+            assert isinstance(payload, (Chat, ChatRef))
+            return None if state.chat_exists(payload.id) else "unknown chat"
+        case EventType.ASSISTANT_RUN_REQUESTED:
+            assert isinstance(payload, RunRequest)
+            if not state.chat_exists(payload.chat_id):
+                return "unknown chat"
+            if state.run_exists(payload.run_id):
+                return "this run already exists (a new request needs a new runId)"
+            if payload.parent_id is not None and state.message_chat(payload.parent_id) != payload.chat_id:
+                return "the message to answer (parentId) is not in this chat"
+            return "this message already exists" if state.message_chat(payload.message_id) is not None else None
+        case EventType.ASSISTANT_RUN_CANCELLED:
+            assert isinstance(payload, RunCancel)
+            return None if state.message_chat(payload.message_id) else "unknown message"
+        case (
+            EventType.MESSAGE_APPENDED
+            | EventType.MESSAGE_EDITED
+            | EventType.MESSAGE_DELETED
+            | EventType.TOOL_CALL_REQUESTED
+            | EventType.TOOL_CALL_SUCCEEDED
+            | EventType.TOOL_CALL_FAILED
+        ):
+            assert isinstance(payload, (Message, MessageRef))
+            return _message_error(event.type, payload, state)
+        case _:  # (a new event type fails type-checking here until it is handled above)
+            assert_never(event.type)
+
+
+def _message_error(kind: EventType, payload: Message | MessageRef, state: StateReader) -> str | None:
+    if not state.chat_exists(payload.chat_id):
+        return "unknown chat"
     chat_of_message = state.message_chat(payload.id)
     if kind is EventType.MESSAGE_APPENDED:
         return "this message already exists" if chat_of_message is not None else None

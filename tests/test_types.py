@@ -22,8 +22,8 @@ def test_shared_and_server_type_check_strictly() -> None:
 
 
 def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handles_it(tmp_path: Path) -> None:
-    """The places that branch on event types (the reducer) and on payloads (the write path's
-    validation) end in ``assert_never``: a copy of the code with a test-only event type and a
+    """The places that branch on event types (the reducer, the write path's validation) and on
+    payloads (validation and footprints) end in ``assert_never``: a copy of the code with a test-only event type and a
     test-only payload added to the models, and nothing else, does not type-check, and mypy names
     each place."""
     for package in ("shared", "server"):
@@ -45,5 +45,7 @@ def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handl
         timeout=300,
     )
     assert done.returncode != 0
-    for place in ("shared/reducer.py", "server/validation.py"):
-        assert any(place in line and "assert_never" in line for line in done.stdout.splitlines()), done.stdout
+    for place in ("shared/reducer.py", "server/validation.py"):  # every assert_never there is reported
+        calls = {n for n, line in enumerate((ROOT / place).read_text().splitlines(), 1) if "assert_never(" in line}
+        reported = {int(line.split(":")[1]) for line in done.stdout.splitlines() if line.startswith(place) and "assert_never" in line}
+        assert calls and reported == calls, done.stdout
