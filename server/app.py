@@ -140,6 +140,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         clock,
         lease_seconds=settings.run_lease_seconds,
         poll_seconds=settings.run_poll_seconds,
+        checkpoint_seconds=settings.run_checkpoint_seconds,
         end_stream=functools.partial(publish_end, store.db, hub),
         streamed=hub.text_so_far,
     )

@@ -11,7 +11,7 @@ is listening. Checkpoints are spaced so that the answer's log bytes stay within
 ``CHECKPOINT_RATIO`` times its text at any length past the three events every answer logs
 (about 1.5 KB: from some 160 words on) (``CheckpointPlan``): each comes once the text has grown
 past everything the answer logged so far, so about each time it has doubled, and at most one
-per ``checkpoint_seconds``. A Stop
+per ``checkpoint_seconds`` (the setting ``run_checkpoint_seconds``: a second). A Stop
 (``AssistantRunCancelled``) makes the reply ``cancelled`` for good (server/store.py): the worker
 reads the reply's status once per ``checkpoint_seconds`` when no checkpoint is due (a refused
 checkpoint says the same) and stops reading. A run whose lease ran out (its process died) is
