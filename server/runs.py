@@ -130,6 +130,11 @@ class RunWorker:
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
 
+    @property
+    def running(self) -> int:
+        """How many runs this process is answering now (0: it has done all it took up)."""
+        return len(self._running)
+
     def wake(self) -> None:
         """A run was requested here: look now rather than at the next poll."""
         self._wake.set()
