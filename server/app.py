@@ -34,7 +34,8 @@ from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads, follow, text_sender
 from server.metrics import Metrics
 from server.openapi import DEFAULT_LIMIT, DOCS_PAGE, MAX_INT, MAX_LIMIT, MAX_STATE_LIMIT, openapi
-from server.runs import RunWorker, read_runs
+from server.run_store import SqlRunStore
+from server.runs import RunWorker
 from server.store import (
     CursorExpired,
     InvalidPage,
@@ -132,12 +133,14 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app.extensions["publish_delta"] = functools.partial(publish_delta, store.db, hub)
     runs = RunWorker(
         store,
+        SqlRunStore(store.db),
         assistants,
         app.extensions["publish_delta"],
         hub.notify,
         clock,
         lease_seconds=settings.run_lease_seconds,
         poll_seconds=settings.run_poll_seconds,
+        checkpoint_seconds=settings.run_checkpoint_seconds,
         end_stream=functools.partial(publish_end, store.db, hub),
         streamed=hub.text_so_far,
     )
@@ -471,7 +474,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         chat_id = chat_arg()
         if chat_id is None:
             raise ApiError(400, "bad_request", "chatId is required.")
-        return json_response(await read_runs(store.db, session.account_id, chat_id))
+        return json_response([run.wire() for run in await runs.run_store.chat_runs(session.account_id, chat_id)])
 
     @app.get("/healthz")
     async def healthz() -> Response:

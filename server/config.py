@@ -32,6 +32,7 @@ class Settings:
     upstream_timeout_seconds: float = 60.0
     run_lease_seconds: float = 30.0
     run_poll_seconds: float = 1.0
+    run_checkpoint_seconds: float = 1.0  # the least time between checkpoints of a streaming reply
     demo_seconds_per_word: float = 0.05
     certfile: str = ""  # with keyfile: serve HTTPS (PEM files); README "Serving on your home network"
     keyfile: str = ""

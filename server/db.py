@@ -1,7 +1,7 @@
 """The two database backends behind one small interface: a transaction that runs SQL.
 
 The queries live in the modules that use them (``server/event_store.py`` the reads and
-compaction, ``server/appender.py`` the write path, ``server/runs.py`` the runs, ...); this module
+compaction, ``server/appender.py`` the write path, ``server/run_store.py`` the runs, ...); this module
 only knows how to open a transaction on SQLite (the standard library's module, used from the
 event loop) or PostgreSQL (an asyncpg pool), and translates the drivers' errors into our own in
 one place. SQL is written with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``).

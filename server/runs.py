@@ -3,20 +3,22 @@
 An accepted request writes a ``runs`` row (``queued``) in its own append transaction, so a run
 exists at most once per request eventId, and a resubmitted request never calls the model again.
 Any server process's worker claims the oldest queued run of a chat that has none streaming (one
-answer at a time per chat: the rest wait their turn), under a lease it renews while it streams.
-It sends the model's tokens as ``delta`` frames to the account's sockets, writes the growing reply
-into the log as ``MessageEdited`` checkpoints and the final message, and reads to the end whether
-or not anyone is listening. Checkpoints are spaced so that the answer's log bytes stay within
+answer at a time per chat: the rest wait their turn), under a lease it renews while it streams
+(the runs' queries are ``RunStore``'s, server/run_store.py). It sends the model's tokens as
+``delta`` frames to the account's sockets, writes the growing reply into the log as
+``MessageEdited`` checkpoints and the final message, and reads to the end whether or not anyone
+is listening. Checkpoints are spaced so that the answer's log bytes stay within
 ``CHECKPOINT_RATIO`` times its text at any length past the three events every answer logs
 (about 1.5 KB: from some 160 words on) (``CheckpointPlan``): each comes once the text has grown
 past everything the answer logged so far, so about each time it has doubled, and at most one
-per ``checkpoint_seconds``. A Stop (``AssistantRunCancelled``) makes the reply ``cancelled`` for
-good (server/store.py): the worker reads the reply's status once per ``checkpoint_seconds`` when
-no checkpoint is due (a refused checkpoint says the same) and stops reading. A run whose
-lease ran out (its process died) is failed, with what it had written: taking it up again would
-pay the model a second time. It keeps the text another process of one PostgreSQL saw streamed,
-if that process ends it; otherwise what was streamed after the last checkpoint is lost (all of it
-before the first checkpoint, at about 2.3 KB; then up to about half of the text).
+per ``checkpoint_seconds`` (the setting ``run_checkpoint_seconds``: a second). A Stop
+(``AssistantRunCancelled``) makes the reply ``cancelled`` for good (server/store.py): the worker
+reads the reply's status once per ``checkpoint_seconds`` when no checkpoint is due (a refused
+checkpoint says the same) and stops reading. A run whose lease ran out (its process died) is
+failed, with what it had written: taking it up again would pay the model a second time. It
+keeps the text another process of one PostgreSQL saw streamed, if that process ends it;
+otherwise what was streamed after the last checkpoint is lost (all of it before the first
+checkpoint, at about 2.3 KB; then up to about half of the text).
 """
 
 from __future__ import annotations
@@ -31,15 +33,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from server.assistants import Assistant
-from server.db import Database
 from server.event_store import SqlEventStore
+from server.run_store import Run, RunStore
 from shared.assistants import UpstreamError, Usage, history_along, turns_of
 from shared.ids import Uuid7Generator
 from shared.models import UNFINISHED, DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
-from shared.schema import MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -98,32 +98,11 @@ class CheckpointPlan:
         self.last = now
 
 
-@dataclass(frozen=True)
-class Run:
-    account_id: str
-    id: str
-    chat_id: str
-    message_id: str
-    assistant_id: str
-
-
-async def read_runs(db: Database, account_id: str, chat_id: str) -> list[dict[str, Any]]:
-    """GET /runs: a chat's runs, oldest first, as the API shows them."""
-    async with db.transaction() as tx:
-        rows = await tx.fetchall(
-            """SELECT id, message_id, assistant_id, status, error, prompt_tokens, completion_tokens, usage_reported
-            FROM runs WHERE account_id = ? AND chat_id = ? ORDER BY requested_seq""",
-            account_id,
-            chat_id,
-        )
-    keys = ("runId", "messageId", "assistantId", "status", "error", "promptTokens", "completionTokens")
-    return [{**dict(zip(keys, row[:7])), "usageReported": bool(row[7])} for row in rows]
-
-
 class RunWorker:
     def __init__(
         self,
         store: SqlEventStore,
+        run_store: RunStore,
         assistants: dict[str, Assistant],
         publish_delta: Callable[[str, DeltaFrame], Awaitable[None]],
         notify: Callable[[str, int], None],
@@ -135,7 +114,7 @@ class RunWorker:
         streamed: Callable[[str, str], str | None] = lambda account_id, message_id: None,
     ) -> None:
         self._store = store
-        self._db = store.db
+        self.run_store = run_store
         self._assistants = assistants
         self._publish_delta = publish_delta
         self._notify = notify
@@ -150,6 +129,11 @@ class RunWorker:
         self._new_id = Uuid7Generator(lambda: int(clock().timestamp() * 1000), os.urandom)
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def running(self) -> int:
+        """How many runs this process is answering now (0: it has done all it took up)."""
+        return len(self._running)
 
     def wake(self) -> None:
         """A run was requested here: look now rather than at the next poll."""
@@ -172,9 +156,12 @@ class RunWorker:
 
     async def step(self) -> None:
         """Fail the runs whose process died; start what may start."""
-        for expired in await self._expired():
+        for expired in await self.run_store.expire(self._clock(), INTERRUPTED):
             await self._end_message(expired, "failed_upstream")
-        while len(self._running) < MAX_RUNS_PER_PROCESS and (run := await self._claim()) is not None:
+        while len(self._running) < MAX_RUNS_PER_PROCESS:
+            run = await self.run_store.claim(self._owner, self._lease_until())
+            if run is None:
+                return
             task = asyncio.ensure_future(self._execute(run))
             self._running.add(task)
             task.add_done_callback(self._ended)
@@ -191,85 +178,23 @@ class RunWorker:
     def _now(self) -> str:
         return format_time(self._clock())
 
-    def _lease_until(self) -> str:
-        return format_time(self._clock() + timedelta(seconds=self._lease))
-
-    async def _claim(self) -> Run | None:
-        lock = " FOR UPDATE SKIP LOCKED" if self._db.dialect == "postgres" else ""
-        async with self._db.transaction(write=True) as tx:
-            row = await tx.fetchone(
-                f"""UPDATE runs SET status = 'streaming', lease_owner = ?, lease_until = ?,
-                    upstream_calls = upstream_calls + 1
-                WHERE (account_id, id) IN (
-                    SELECT account_id, id FROM runs AS r WHERE r.status = 'queued' AND NOT EXISTS (
-                        SELECT 1 FROM runs AS s WHERE s.account_id = r.account_id AND s.chat_id = r.chat_id
-                        AND (s.status = 'streaming' OR (s.status = 'queued' AND s.requested_seq < r.requested_seq)))
-                    ORDER BY r.requested_at LIMIT 1{lock})
-                RETURNING account_id, id, chat_id, message_id, assistant_id""",
-                self._owner,
-                self._lease_until(),
-            )
-        return None if row is None else Run(*(str(v) for v in row))
-
-    async def _expired(self) -> list[Run]:
-        async with self._db.transaction(write=True) as tx:
-            rows = await tx.fetchall(
-                """UPDATE runs SET status = 'failed_upstream', error = ?, finished_at = ?, lease_owner = NULL
-                WHERE status = 'streaming' AND lease_until < ?
-                RETURNING account_id, id, chat_id, message_id, assistant_id""",
-                INTERRUPTED,
-                self._now(),
-                self._now(),
-            )
-        return [Run(*(str(v) for v in row)) for row in rows]
+    def _lease_until(self) -> datetime:
+        return self._clock() + timedelta(seconds=self._lease)
 
     async def _keep_lease(self, run: Run, holder: asyncio.Task[None] | None) -> bool:
         """Renew the run's lease every third of it, whether or not the model is sending anything
         (a slow model is not a dead process). Should the lease be lost, stop the run's task."""
         while True:
             await asyncio.sleep(self._lease / 3)
-            if not await self._renew(run):
+            if not await self.run_store.renew(run, self._owner, self._lease_until()):
                 if holder is not None:
                     holder.cancel()
                 return False
 
-    async def _renew(self, run: Run) -> bool:
-        async with self._db.transaction(write=True) as tx:
-            row = await tx.fetchone(
-                "UPDATE runs SET lease_until = ? WHERE account_id = ? AND id = ? AND lease_owner = ? RETURNING id",
-                self._lease_until(),
-                run.account_id,
-                run.id,
-                self._owner,
-            )
-        return row is not None
-
     async def _finish(self, run: Run, status: str, usage: Usage | None, reported: bool, error: str | None) -> None:
-        async with self._db.transaction(write=True) as tx:
-            await tx.execute(
-                """UPDATE runs SET status = ?, error = ?, prompt_tokens = ?, completion_tokens = ?,
-                    usage_reported = ?, finished_at = ?, lease_owner = NULL
-                WHERE account_id = ? AND id = ? AND lease_owner = ?""",
-                status,
-                error,
-                None if usage is None else usage.prompt_tokens,
-                None if usage is None else usage.completion_tokens,
-                int(reported),
-                self._now(),
-                run.account_id,
-                run.id,
-                self._owner,
-            )
+        await self.run_store.finish(run, self._owner, status, usage=usage, reported=reported, error=error, now=self._clock())
 
     # --- answering ------------------------------------------------------------------------------
-
-    async def _messages(self, run: Run) -> list[Message]:
-        columns = ", ".join(MESSAGES.column_names)
-        async with self._db.transaction() as tx:
-            rows = await tx.fetchall(
-                f"SELECT {columns} FROM messages WHERE account_id = ? AND chat_id = ?", run.account_id, run.chat_id
-            )
-        return [Message.model_validate(dict(zip(MESSAGES.column_names, row))) for row in rows]
 
     def _edited(self, reply: Message, status: str, content: str) -> DomainEvent:
         edited = reply.model_copy(update={"status": status, "content": content, "updated_at": None, "last_seq": None})
@@ -282,13 +207,6 @@ class RunWorker:
         if result.status == "accepted":
             self._notify(account_id, current)
         return result.status == "accepted"
-
-    async def _still_running(self, run: Run) -> bool:
-        """Whether the reply may still be written: not stopped, nor deleted with its chat."""
-        row = await self._db.read_one(
-            "SELECT status FROM messages WHERE account_id = ? AND id = ?", run.account_id, run.message_id
-        )
-        return row is not None and row[0] in UNFINISHED
 
     async def _ended_stream(self, run: Run) -> None:
         """The reply's text is in the log for good: the sockets' copies of its stream can go."""
@@ -320,7 +238,7 @@ class RunWorker:
         """A run that ended without its worker (its process died): the reply keeps what it has,
         or what this process saw streamed when that is more (another process of one PostgreSQL,
         which got every delta: then nothing that was streamed is lost)."""
-        reply = next((m for m in await self._messages(run) if m.id == run.message_id), None)
+        reply = next((m for m in await self.run_store.chat_messages(run.account_id, run.chat_id) if m.id == run.message_id), None)
         if reply is not None and reply.status in UNFINISHED:
             seen = self._streamed(run.account_id, reply.id) or ""
             content = seen if len(seen) > len(reply.content) and seen.startswith(reply.content) else reply.content
@@ -328,7 +246,7 @@ class RunWorker:
         await self._ended_stream(run)
 
     async def _execute(self, run: Run) -> None:
-        messages = await self._messages(run)
+        messages = await self.run_store.chat_messages(run.account_id, run.chat_id)
         reply = next((m for m in messages if m.id == run.message_id), None)
         assistant = self._assistants.get(run.assistant_id)
         if reply is None or reply.status not in UNFINISHED:
@@ -385,7 +303,7 @@ class RunWorker:
                         break
                 elif now - checked >= self.checkpoint_seconds:
                     checked = now
-                    if not await self._still_running(run):
+                    if not await self.run_store.still_running(run.account_id, run.message_id):
                         status = "cancelled"
                         break
         except UpstreamError as e:

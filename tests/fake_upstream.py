@@ -6,8 +6,9 @@ exactly as it would call a real one.
 then nothing), ``broken`` (half the answer, then the connection closes). ``delay`` paces the words.
 The answer is ``words`` words ("word0 word1 ..."), or ``text`` (``{n}`` in it: the call's number)
 streamed a word at a time with the spaces and line breaks before each.
-``calls`` counts the requests; ``requests`` keeps their bodies; ``disconnects`` counts the streams
-the client closed before the end.
+``hold``, while it is not set, stops every answer after its first word (a run held mid-answer for
+as long as a test needs: mind the server's upstream timeout). ``calls`` counts the requests;
+``requests`` keeps their bodies; ``disconnects`` counts the streams the client closed before the end.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FakeUpstream:
     delay: float = 0.01
     words: int = 30
     text: str | None = None
+    hold: asyncio.Event | None = None
     calls: int = 0
     disconnects: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -99,6 +101,8 @@ class FakeUpstream:
                 if self.mode == "broken" and i == len(words) // 2:
                     return
                 await self._event(writer, {"choices": [{"index": 0, "delta": {"content": text}}]})
+                if i == 0 and self.hold is not None:
+                    await self.hold.wait()
                 await asyncio.sleep(self.delay)
             await self._event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words)}})
             writer.write(b"data: [DONE]\n\n")

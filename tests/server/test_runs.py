@@ -1,10 +1,12 @@
 """Remote assistant runs (server/runs.py) against a fake OpenAI-compatible upstream, in-process
 on both backends: streamed to the end with nobody listening, paid once per request, failures and
-retries, Stop, one answer at a time per chat."""
+retries, Stop, one answer at a time per chat. No test waits on the clock: each waits for what it
+needs to see (a status, delta frames, the worker gone idle), and the checkpoint interval is small."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 from quart import Quart
 from quart.typing import TestClientProtocol as Client
+from quart.typing import TestWebsocketConnectionProtocol as Websocket
 
 from server.app import create_app
 from server.config import Settings
@@ -21,8 +24,12 @@ from tests.server.events import chat_created, event, message, new_id
 
 
 def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) -> Settings:
-    """The server's settings for these tests: the fake upstream as the assistant "fake"."""
-    defaults: dict[str, Any] = {"ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0}
+    """The server's settings for these tests: the fake upstream as the assistant "fake"; a reply's
+    checkpoints (and the reads of whether it was stopped) as often as its size allows, rather than
+    once a second, so that no test waits for a second to pass."""
+    defaults: dict[str, Any] = {
+        "ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0, "run_checkpoint_seconds": 0.05,
+    }  # fmt: skip
     return Settings(database_url=database_url, assistants=upstream.config(), **{**defaults, **overrides})
 
 
@@ -31,6 +38,14 @@ async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]
     app = create_app(run_settings(database_url, upstream))
     async with app.test_app():
         yield app
+
+
+@contextlib.asynccontextmanager
+async def serving(database_url: str, upstream: FakeUpstream, **overrides: Any) -> AsyncIterator[tuple[Quart, Client]]:
+    """An app of these settings, and a client of it, while it serves."""
+    app = create_app(run_settings(database_url, upstream, **overrides))
+    async with app.test_app():
+        yield app, app.test_client(use_cookies=False)
 
 
 async def post(client: Client, session: dict[str, Any], *events: dict[str, Any]) -> list[dict[str, Any]]:
@@ -76,6 +91,16 @@ async def until_status(client: Client, session: dict[str, Any], chat: str, messa
     raise AssertionError(f"the reply never became {statuses}: {found}")
 
 
+async def deltas(ws: Websocket, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` delta frames a live socket gets (the worker has had that much text)."""
+    found: list[dict[str, Any]] = []
+    while len(found) < count:
+        frame = json.loads(await asyncio.wait_for(ws.receive(), 5))
+        if frame["type"] == "delta":
+            found.append(frame)
+    return found
+
+
 async def run_row(app: Quart, run_id: str) -> dict[str, Any]:
     db = app.extensions["store"].db
     row = await db.read_one(
@@ -96,6 +121,21 @@ async def until_run(app: Quart, run_id: str, status: str) -> dict[str, Any]:
     raise AssertionError(f"run {run_id} is {row['status']}, not {status}")
 
 
+async def until_idle(app: Quart) -> None:
+    """Until the worker answers no run: none it took up can write anything more."""
+    for _ in range(400):
+        if app.extensions["runs"].running == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"the worker is still answering {app.extensions['runs'].running} runs")
+
+
+async def log_of(client: Client, session: dict[str, Any], after: int = 0) -> list[dict[str, Any]]:
+    response = await client.get(f"/sync/updates?afterSeq={after}&limit=1000", headers=bearer(session))
+    events: list[dict[str, Any]] = (await response.get_json())["events"]
+    return events
+
+
 async def test_the_assistants_are_listed(client: Client) -> None:
     session = await signup(client)
     response = await client.get("/assistants", headers=bearer(session))
@@ -106,8 +146,8 @@ async def test_the_assistants_are_listed(client: Client) -> None:
 async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     app: Quart, client: Client, upstream: FakeUpstream
 ) -> None:
-    # 600 words (4.3 KB) for about 2.5 s: long enough for a checkpoint along the way (one comes
-    # once the text pays for it, server/runs.py CheckpointPlan: at about 2.3 KB).
+    # 600 words (4.3 KB): long enough for a checkpoint along the way (one comes once the text pays
+    # for it, server/runs.py CheckpointPlan: at about 2.3 KB).
     upstream.delay, upstream.words = 0.004, 600
     session = await signup(client)
     chat, question = await a_chat_with_a_question(client, session)
@@ -115,26 +155,22 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     reply_id = request["payload"]["messageId"]
     async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
         await post(client, session, request)
-        deltas: list[dict[str, Any]] = []
-        while len(deltas) < 5:
-            frame = json.loads(await asyncio.wait_for(ws.receive(), 5))
-            if frame["type"] == "delta":
-                deltas.append(frame)
+        first = await deltas(ws, 5)
     # The only client went away mid-stream; the server reads on to the end.
-    assert all(d["messageId"] == reply_id and d["runId"] == request["payload"]["runId"] for d in deltas)
-    text = "".join(d["text"] for d in deltas)
-    assert [d["offset"] for d in deltas] == [len("".join(x["text"] for x in deltas[:i])) for i in range(5)]
+    assert all(d["messageId"] == reply_id and d["runId"] == request["payload"]["runId"] for d in first)
+    text = "".join(d["text"] for d in first)
+    assert [d["offset"] for d in first] == [len("".join(x["text"] for x in first[:i])) for i in range(5)]
     assert full_answer(600).startswith(text)
 
     done = await until_status(client, session, chat, reply_id, "completed")
     assert done["content"] == full_answer(600)
     assert done["role"] == "assistant" and done["parentId"] == question and done["assistantId"] == "fake"
-    updates = await (await client.get("/sync/updates?afterSeq=0", headers=bearer(session))).get_json()
-    edits = [e["payload"] for e in updates["events"] if e["type"] == "MessageEdited"]
+    log = await log_of(client, session)
+    edits = [e["payload"] for e in log if e["type"] == "MessageEdited"]
     assert edits[0]["status"] == "streaming" and edits[-1] == {**edits[-1], "status": "completed"}
     assert any(e["status"] == "streaming" and e["content"] for e in edits)  # a checkpoint, part-way
     assert len(edits) < 10  # checkpoints, not one event per token
-    assert all(e["origin"] == "server" for e in updates["events"] if e["type"] == "MessageEdited")
+    assert all(e["origin"] == "server" for e in log if e["type"] == "MessageEdited")
     # The model saw the conversation, and was asked for its usage, which the run recorded.
     [sent] = upstream.requests
     assert sent["messages"] == [{"role": "user", "content": "What is up?"}] and sent["stream_options"]["include_usage"]
@@ -194,37 +230,43 @@ async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
 async def test_stop_ends_the_run_with_what_it_had(app: Quart, client: Client, upstream: FakeUpstream) -> None:
     upstream.delay, upstream.words = 0.05, 200
     session = await signup(client)
-    chat, _, request = await a_requested_run(client, session)
+    chat, question = await a_chat_with_a_question(client, session)
+    request = run_request(chat, question)
     run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
-    await until_status(client, session, chat, reply_id, "streaming")
-    await asyncio.sleep(1.3)  # past a checkpoint
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        await post(client, session, request)
+        await deltas(ws, 3)  # the worker has some of the answer
     [stopped] = await post(client, session, event("AssistantRunCancelled", {"runId": run_id, "messageId": reply_id}))
     assert stopped["status"] == "accepted"
-    for _ in range(100):
-        if (await run_row(app, run_id))["status"] == "cancelled":
-            break
-        await asyncio.sleep(0.05)
-    row = await run_row(app, run_id)
-    assert row["status"] == "cancelled" and row["reported"] == 0 and 0 < row["completion"] < 200
+    row = await until_run(app, run_id, "cancelled")
+    assert row["reported"] == 0 and 3 <= row["completion"] < 200
+    await until_idle(app)  # the worker is done with the run: nothing more can be written of it
     final = await reply(client, session, chat, reply_id)
     assert final is not None and final["status"] == "cancelled"
     assert final["content"] and len(final["content"].split()) == row["completion"]  # all it had, kept
-    await asyncio.sleep(0.3)
-    assert (await reply(client, session, chat, reply_id)) == final  # and nothing after
+    edits = [e["payload"] for e in await log_of(client, session, stopped["seq"]) if e["type"] == "MessageEdited"]
+    assert edits and edits[-1]["status"] == "cancelled" and edits[-1]["content"] == final["content"]
 
 
-async def test_requests_in_one_chat_are_answered_one_at_a_time(app: Quart, client: Client, upstream: FakeUpstream) -> None:
-    upstream.delay = 0.02
-    session = await signup(client)
-    chat, question = await a_chat_with_a_question(client, session)
-    first, second = run_request(chat, question), run_request(chat, question)
-    await post(client, session, first, second)  # sent without waiting for the first answer
-    await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
-    waiting = await reply(client, session, chat, second["payload"]["messageId"])
-    assert waiting is not None and waiting["status"] == "queued"
-    await until_status(client, session, chat, second["payload"]["messageId"], "completed")
-    done = await reply(client, session, chat, first["payload"]["messageId"])
-    assert done is not None and done["status"] == "completed"
+async def test_requests_in_one_chat_are_answered_one_at_a_time(database_url: str, upstream: FakeUpstream) -> None:
+    upstream.hold = asyncio.Event()  # the first answer waits after its first word
+    async with serving(database_url, upstream, upstream_timeout_seconds=30.0) as (app, client):
+        session = await signup(client)
+        chat, question = await a_chat_with_a_question(client, session)
+        first, second = run_request(chat, question), run_request(chat, question)
+        await post(client, session, first, second)  # sent without waiting for the first answer
+        await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
+        await app.extensions["runs"].step()  # a look for what may start, with the first still streaming
+        assert (await run_row(app, second["payload"]["runId"]))["status"] == "queued"
+        waiting = await reply(client, session, chat, second["payload"]["messageId"])
+        assert waiting is not None and waiting["status"] == "queued"
+        upstream.hold.set()
+        await until_status(client, session, chat, second["payload"]["messageId"], "completed")
+        done = await reply(client, session, chat, first["payload"]["messageId"])
+        assert done is not None and done["status"] == "completed"
+        # In the log, the second answer starts after the first has ended.
+        edits = [(e["payload"]["id"], e["payload"]["status"]) for e in await log_of(client, session) if e["type"] == "MessageEdited"]
+        assert edits.index((first["payload"]["messageId"], "completed")) < edits.index((second["payload"]["messageId"], "streaming"))
 
 
 async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:
@@ -238,9 +280,7 @@ async def test_a_request_for_an_unknown_assistant_fails_at_once(app: Quart, clie
 async def test_a_slow_model_keeps_its_run_alive_past_the_lease(database_url: str, upstream: FakeUpstream) -> None:
     """The lease is renewed on a clock, not per token: a model slower than the lease is no crash."""
     upstream.delay, upstream.words = 1.0, 3  # a second between words; the lease is 0.6 s
-    app = create_app(run_settings(database_url, upstream, run_lease_seconds=0.6, upstream_timeout_seconds=5.0))
-    async with app.test_app():
-        client = app.test_client(use_cookies=False)
+    async with serving(database_url, upstream, run_lease_seconds=0.6, upstream_timeout_seconds=5.0) as (_, client):
         session = await signup(client)
         chat, _, request = await a_requested_run(client, session)
         done = await until_status(client, session, chat, request["payload"]["messageId"], "completed", "failed_upstream")
@@ -265,44 +305,39 @@ async def test_a_request_reusing_a_run_id_is_rejected(app: Quart, client: Client
 
 async def test_a_server_shut_down_mid_answer_ends_the_run_at_once(database_url: str, upstream: FakeUpstream) -> None:
     upstream.delay, upstream.words = 0.05, 400
-    settings = run_settings(database_url, upstream)
-    app = create_app(settings)
-    async with app.test_app():
-        client = app.test_client(use_cookies=False)
+    async with serving(database_url, upstream) as (app, client):
         session = await signup(client)
-        chat, _, request = await a_requested_run(client, session)
-        await until_status(client, session, chat, request["payload"]["messageId"], "streaming")
-        await asyncio.sleep(0.3)
+        chat, question = await a_chat_with_a_question(client, session)
+        request = run_request(chat, question)
+        async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+            await post(client, session, request)
+            await deltas(ws, 3)  # the worker has some of the answer
     # (the app has shut down: its run was cancelled)
-    app = create_app(settings)
-    async with app.test_app():
-        client = app.test_client(use_cookies=False)
+    async with serving(database_url, upstream) as (app, client):
         response = await client.post("/auth/login", json={"username": "alice", "password": "correct horse"})
         session = await response.get_json()
         ended = await reply(client, session, chat, request["payload"]["messageId"])
         assert ended is not None and ended["status"] == "failed_upstream" and ended["content"]
         row = await run_row(app, request["payload"]["runId"])
-        assert row["status"] == "failed_upstream" and "shut down" in row["error"] and row["completion"] > 0
+        assert row["status"] == "failed_upstream" and "shut down" in row["error"] and row["completion"] >= 3
 
 
-async def test_a_run_stopped_before_it_started_logs_its_reply_whole(app: Quart, client: Client, upstream: FakeUpstream) -> None:
+async def test_a_run_stopped_before_it_started_logs_its_reply_whole(database_url: str, upstream: FakeUpstream) -> None:
     """A device that resyncs from a snapshot taken before the Stop has no row for the reply (its
     lastSeq is after the snapshot's): the log after the Stop must hold the whole message, not only
     the Stop's status patch."""
-    upstream.delay = 0.02
-    session = await signup(client)
-    chat, question = await a_chat_with_a_question(client, session)
-    first, second = run_request(chat, question), run_request(chat, question)
-    await post(client, session, first, second)
-    await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
-    waiting = second["payload"]
-    [stop] = await post(client, session, event("AssistantRunCancelled", {"runId": waiting["runId"], "messageId": waiting["messageId"]}))
-    assert stop["status"] == "accepted"
-    for _ in range(200):
-        if (await run_row(app, waiting["runId"]))["status"] == "cancelled":
-            break
-        await asyncio.sleep(0.05)
-    assert (await run_row(app, waiting["runId"]))["status"] == "cancelled"
-    after = await client.get(f"/sync/updates?afterSeq={stop['seq']}&limit=1000", headers=bearer(session))
-    whole = [e for e in (await after.get_json())["events"] if e["type"] == "MessageEdited" and e["payload"]["id"] == waiting["messageId"]]
-    assert whole and whole[-1]["payload"]["status"] == "cancelled"
+    upstream.hold = asyncio.Event()  # the first answer waits after its first word: the second waits its turn
+    async with serving(database_url, upstream, upstream_timeout_seconds=30.0) as (app, client):
+        session = await signup(client)
+        chat, question = await a_chat_with_a_question(client, session)
+        first, second = run_request(chat, question), run_request(chat, question)
+        await post(client, session, first, second)
+        await until_status(client, session, chat, first["payload"]["messageId"], "streaming")
+        waiting = second["payload"]
+        [stop] = await post(client, session, event("AssistantRunCancelled", {"runId": waiting["runId"], "messageId": waiting["messageId"]}))
+        assert stop["status"] == "accepted"
+        upstream.hold.set()
+        row = await until_run(app, waiting["runId"], "cancelled")
+        assert row["error"] == "stopped before it started" and row["calls"] == 1 and upstream.calls == 1
+        whole = [e for e in await log_of(client, session, stop["seq"]) if e["type"] == "MessageEdited" and e["payload"]["id"] == waiting["messageId"]]
+        assert whole and whole[-1]["payload"]["status"] == "cancelled"

@@ -1,0 +1,187 @@
+"""The runs' queries, behind a contract of their own (``RunStore``), and its one implementation
+over either backend of ``server/db.py`` (``SqlRunStore``).
+
+A run's row is written by the append that accepts its ``AssistantRunRequested``, in the same
+transaction (server/appender.py), so a run exists at most once per request. Everything after is
+here: the worker (server/runs.py) claims a run under a lease, renews the lease while it streams,
+ends the run with its usage or error, and reads the reply's chat; GET /runs reads a chat's runs.
+
+Guarantees every backend keeps (tests/server/test_run_store_contract.py runs them on both):
+
+* ``claim`` starts the oldest queued run (by the time it was requested) of a chat that has none
+  streaming and no older one queued: one answer at a time per chat, in the order asked. Two
+  claimers never get the same run: SQLite's writes are serialized; on PostgreSQL the candidate
+  row is locked ``FOR UPDATE SKIP LOCKED``, so a claimer passes over a run another is taking.
+* A lease is held by an owner (one per server process) until a time. ``renew`` and ``finish``
+  change a run only while its owner holds it; ``expire`` fails, once, every streaming run whose
+  lease ran out (its process died), and the lease is then nobody's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from server.db import Database
+from shared.assistants import Usage
+from shared.models import UNFINISHED, Message, format_time
+from shared.schema import MESSAGES
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run taken up (claimed, or found expired): what answering it needs."""
+
+    account_id: str
+    id: str
+    chat_id: str
+    message_id: str
+    assistant_id: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as its chat's list shows it: how it ended, why, and what it cost."""
+
+    id: str
+    message_id: str
+    assistant_id: str
+    status: str
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    usage_reported: bool
+    upstream_calls: int  # how often the model was asked (once per run; not shown by GET /runs)
+
+    def wire(self) -> dict[str, str | int | bool | None]:
+        """The run as GET /runs returns it (PROTOCOL.md)."""
+        return {
+            "runId": self.id,
+            "messageId": self.message_id,
+            "assistantId": self.assistant_id,
+            "status": self.status,
+            "error": self.error,
+            "promptTokens": self.prompt_tokens,
+            "completionTokens": self.completion_tokens,
+            "usageReported": self.usage_reported,
+        }
+
+
+class RunStore(Protocol):
+    async def claim(self, owner: str, lease_until: datetime) -> Run | None:
+        """Start the next run that may start (``streaming``, leased to ``owner`` until
+        ``lease_until``, its model asked once more), or None when none may."""
+
+    async def expire(self, now: datetime, error: str) -> list[Run]:
+        """Fail (``failed_upstream``, with ``error``) every streaming run whose lease ran out
+        before ``now``; each is returned to one caller only."""
+
+    async def renew(self, run: Run, owner: str, lease_until: datetime) -> bool:
+        """Extend ``owner``'s lease of the run; False when it is not ``owner``'s (any more)."""
+
+    async def finish(
+        self, run: Run, owner: str, status: str, *, usage: Usage | None, reported: bool, error: str | None, now: datetime
+    ) -> None:
+        """End the run, if ``owner`` still holds it: its status, usage (``reported``: as the
+        upstream said, rather than counted here), error, and when."""
+
+    async def chat_runs(self, account_id: str, chat_id: str) -> list[RunRecord]:
+        """A chat's runs, oldest request first."""
+
+    async def chat_messages(self, account_id: str, chat_id: str) -> list[Message]:
+        """The messages of a run's chat (its history, and its reply)."""
+
+    async def still_running(self, account_id: str, message_id: str) -> bool:
+        """Whether a reply may still be written: neither stopped, finished, nor deleted."""
+
+
+_RUN = "account_id, id, chat_id, message_id, assistant_id"
+
+
+class SqlRunStore:
+    """``RunStore`` over SQLite or PostgreSQL: the same SQL, but for PostgreSQL's row lock."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim(self, owner: str, lease_until: datetime) -> Run | None:
+        lock = " FOR UPDATE SKIP LOCKED" if self._db.dialect == "postgres" else ""
+        async with self._db.transaction(write=True) as tx:
+            row = await tx.fetchone(
+                f"""UPDATE runs SET status = 'streaming', lease_owner = ?, lease_until = ?,
+                    upstream_calls = upstream_calls + 1
+                WHERE (account_id, id) IN (
+                    SELECT account_id, id FROM runs AS r WHERE r.status = 'queued' AND NOT EXISTS (
+                        SELECT 1 FROM runs AS s WHERE s.account_id = r.account_id AND s.chat_id = r.chat_id
+                        AND (s.status = 'streaming' OR (s.status = 'queued' AND s.requested_seq < r.requested_seq)))
+                    ORDER BY r.requested_at LIMIT 1{lock})
+                RETURNING {_RUN}""",
+                owner,
+                format_time(lease_until),
+            )
+        return None if row is None else Run(*(str(v) for v in row))
+
+    async def expire(self, now: datetime, error: str) -> list[Run]:
+        async with self._db.transaction(write=True) as tx:
+            rows = await tx.fetchall(
+                f"""UPDATE runs SET status = 'failed_upstream', error = ?, finished_at = ?, lease_owner = NULL
+                WHERE status = 'streaming' AND lease_until < ?
+                RETURNING {_RUN}""",
+                error,
+                format_time(now),
+                format_time(now),
+            )
+        return [Run(*(str(v) for v in row)) for row in rows]
+
+    async def renew(self, run: Run, owner: str, lease_until: datetime) -> bool:
+        async with self._db.transaction(write=True) as tx:
+            row = await tx.fetchone(
+                "UPDATE runs SET lease_until = ? WHERE account_id = ? AND id = ? AND lease_owner = ? RETURNING id",
+                format_time(lease_until),
+                run.account_id,
+                run.id,
+                owner,
+            )
+        return row is not None
+
+    async def finish(
+        self, run: Run, owner: str, status: str, *, usage: Usage | None, reported: bool, error: str | None, now: datetime
+    ) -> None:
+        async with self._db.transaction(write=True) as tx:
+            await tx.execute(
+                """UPDATE runs SET status = ?, error = ?, prompt_tokens = ?, completion_tokens = ?,
+                    usage_reported = ?, finished_at = ?, lease_owner = NULL
+                WHERE account_id = ? AND id = ? AND lease_owner = ?""",
+                status,
+                error,
+                None if usage is None else usage.prompt_tokens,
+                None if usage is None else usage.completion_tokens,
+                int(reported),
+                format_time(now),
+                run.account_id,
+                run.id,
+                owner,
+            )
+
+    async def chat_runs(self, account_id: str, chat_id: str) -> list[RunRecord]:
+        async with self._db.transaction() as tx:
+            rows = await tx.fetchall(
+                """SELECT id, message_id, assistant_id, status, error, prompt_tokens, completion_tokens,
+                    usage_reported, upstream_calls
+                FROM runs WHERE account_id = ? AND chat_id = ? ORDER BY requested_seq""",
+                account_id,
+                chat_id,
+            )
+        # (the columns in the order of RunRecord's fields)
+        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], usage_reported=bool(r[7]), upstream_calls=r[8]) for r in rows]
+
+    async def chat_messages(self, account_id: str, chat_id: str) -> list[Message]:
+        columns = ", ".join(MESSAGES.column_names)
+        async with self._db.transaction() as tx:
+            rows = await tx.fetchall(f"SELECT {columns} FROM messages WHERE account_id = ? AND chat_id = ?", account_id, chat_id)
+        return [Message.model_validate(dict(zip(MESSAGES.column_names, row))) for row in rows]
+
+    async def still_running(self, account_id: str, message_id: str) -> bool:
+        row = await self._db.read_one("SELECT status FROM messages WHERE account_id = ? AND id = ?", account_id, message_id)
+        return row is not None and row[0] in UNFINISHED
