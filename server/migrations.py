@@ -2,7 +2,11 @@
 
 A store applies, at start-up and in order, every migration not yet recorded in its
 ``schema_migrations`` table, each in its own transaction. Never edit a released migration: add one.
-The state tables' columns come from ``shared.schema``, the same definition the browser uses.
+Each holds its own DDL, written out (the dialects differ only in the type of big integers), so a
+database made today and one migrated from any earlier release are the same. The state tables
+(``chats``, ``messages``) are also defined in ``shared.schema``, which the reducer's SQL is made
+from: tests/server/test_migrations.py checks that every migration run in order gives the tables it
+renders, on SQLite and PostgreSQL; a change there needs a migration here.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.schema import CHATS, MESSAGES, Dialect, Sql
+from shared.schema import Dialect
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,6 @@ class Migration:
 
 def _initial(dialect: Dialect) -> list[str]:
     big = "BIGINT" if dialect == "postgres" else "INTEGER"
-    sql = Sql(dialect, scoped=True)
     return [
         # Accounts, devices and sessions (tokens are stored only as hashes).
         """CREATE TABLE accounts (
@@ -48,8 +51,16 @@ def _initial(dialect: Dialect) -> list[str]:
         f"""CREATE TABLE event_ids (
             account_id TEXT NOT NULL, event_id TEXT NOT NULL, seq {big} NOT NULL,
             PRIMARY KEY (account_id, event_id))""",
-        *sql.create(CHATS),
-        *sql.create(MESSAGES),
+        # The state the reducer keeps (shared/reducer.py), by account (as shared.schema rendered it then).
+        "CREATE TABLE IF NOT EXISTS chats (account_id TEXT NOT NULL, id TEXT NOT NULL, title TEXT NOT NULL, "
+        f"created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_seq {big} NOT NULL, PRIMARY KEY (account_id, id))",
+        "CREATE INDEX IF NOT EXISTS chats_account_id_last_seq ON chats (account_id, last_seq)",
+        "CREATE TABLE IF NOT EXISTS messages (account_id TEXT NOT NULL, id TEXT NOT NULL, chat_id TEXT NOT NULL, "
+        "role TEXT NOT NULL, content TEXT NOT NULL, parent_id TEXT, status TEXT NOT NULL, assistant_id TEXT, run_id TEXT, "
+        f"created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_seq {big} NOT NULL, PRIMARY KEY (account_id, id))",
+        "CREATE INDEX IF NOT EXISTS messages_account_id_last_seq ON messages (account_id, last_seq)",
+        "CREATE INDEX IF NOT EXISTS messages_account_id_chat_id_last_seq ON messages (account_id, chat_id, last_seq)",
+        "CREATE INDEX IF NOT EXISTS messages_account_id_chat_id_created_at ON messages (account_id, chat_id, created_at)",
     ]
 
 

@@ -2,6 +2,11 @@
 
 The server's tables lead with ``account_id`` (every key and index starts with it, so the data can
 shard by account); the browser's local copy holds one account and has no such column.
+The databases get their tables from migrations (server/migrations.py, webapp/migrations.py), each
+holding its own DDL; ``Sql.create`` renders the tables as defined here today, and the migration
+tests (tests/server/test_migrations.py, tests/webapp/test_migrations.py) check that a database
+migrated from nothing has exactly those: a change of the columns here needs a migration on both
+sides (of the indexes, on the server's: the browser picks its own).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class Column:
 class Table:
     name: str
     columns: tuple[Column, ...]
-    indexes: tuple[tuple[str, ...], ...] = ()  # besides the primary key (id)
+    indexes: tuple[tuple[str, ...], ...] = ()  # besides the primary key (id); the server's (see above)
 
     @cached_property
     def column_names(self) -> tuple[str, ...]:
@@ -93,6 +98,7 @@ class Sql:
         return self.prefix + table.name
 
     def create(self, table: Table) -> list[str]:
+        """The table and its indexes as defined today (what the migrations are checked against)."""
         types = _TYPES[self.dialect]
         cols = [f"account_id {types['text']} NOT NULL"] if self.scoped else []
         cols += [

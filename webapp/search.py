@@ -1,7 +1,7 @@
 """Full-text search over what the device shows: every chat title and message, in SQLite's FTS5.
 
 The index is two external-content FTS5 tables over the shown tables (``chats``, ``messages``),
-kept by triggers (through a table of changed rows for messages, see ``create_index``): a change
+kept by triggers (through a table of changed rows for messages, see ``SCHEMA``): a change
 to a row and to its index entry are one transaction, whatever made the change (a local edit, a
 remote event, a full resync replacing the tables). The tokenizer is unicode61 without
 diacritics (so "cafe" finds "café" and Cyrillic works), with prefix indexes so that a word being
@@ -38,53 +38,40 @@ INSERT_TRIGGER = """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages 
     INSERT INTO messages_fts_changed SELECT new.rowid, 0, NULL
     WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = new.rowid); END"""
 
-
-def create_index(conn: sqlite3.Connection) -> None:
-    """The index, what keeps it, and the entries of the rows already there (a named migration)."""
-    for table, column in (("messages", "content"), ("chats", "title")):
-        conn.execute(
-            f"CREATE VIRTUAL TABLE {table}_fts USING fts5({column}, content='{table}', "
-            "tokenize='unicode61 remove_diacritics 2', prefix='2 3')"
-        )
-        conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('rebuild')")
+# The index as this module reads and writes it. The local migrations 0006_search and
+# 0007_search_backlog made it, each with its own copy of these statements (webapp/migrations.py);
+# tests/webapp/test_migrations.py checks that a migrated database has exactly this. A change here
+# needs a migration there.
+SCHEMA = (
+    # Titles and messages, external-content tables over the shown ones.
+    "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', tokenize='unicode61 remove_diacritics 2', prefix='2 3')",
+    "CREATE VIRTUAL TABLE chats_fts USING fts5(title, content='chats', tokenize='unicode61 remove_diacritics 2', prefix='2 3')",
     # A chat's title: its entry changes with it (chats are few, and change one at a time).
-    conn.execute(
-        """CREATE TRIGGER chats_fts_insert AFTER INSERT ON chats BEGIN
-            INSERT INTO chats_fts (rowid, title) VALUES (new.rowid, new.title); END"""
-    )
-    conn.execute(
-        """CREATE TRIGGER chats_fts_delete AFTER DELETE ON chats BEGIN
-            INSERT INTO chats_fts (chats_fts, rowid, title) VALUES ('delete', old.rowid, old.title); END"""
-    )
-    conn.execute(
-        """CREATE TRIGGER chats_fts_update AFTER UPDATE OF title ON chats WHEN old.title IS NOT new.title BEGIN
-            INSERT INTO chats_fts (chats_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
-            INSERT INTO chats_fts (rowid, title) VALUES (new.rowid, new.title); END"""
-    )
+    """CREATE TRIGGER chats_fts_insert AFTER INSERT ON chats BEGIN
+        INSERT INTO chats_fts (rowid, title) VALUES (new.rowid, new.title); END""",
+    """CREATE TRIGGER chats_fts_delete AFTER DELETE ON chats BEGIN
+        INSERT INTO chats_fts (chats_fts, rowid, title) VALUES ('delete', old.rowid, old.title); END""",
+    """CREATE TRIGGER chats_fts_update AFTER UPDATE OF title ON chats WHEN old.title IS NOT new.title BEGIN
+        INSERT INTO chats_fts (chats_fts, rowid, title) VALUES ('delete', old.rowid, old.title);
+        INSERT INTO chats_fts (rowid, title) VALUES (new.rowid, new.title); END""",
     # A message: its row is noted as changed (with the text the index has for it, if any), and
     # the transaction's changes go into the index together before it commits (``flush``). FTS5
     # writes out what it holds at the end of every statement that changes it, so an entry per
     # statement, as a trigger on each row would make, costs 8 times as much as one statement
     # for them all (measured: 50,000 rows, 3.5 s against 0.5 s).
-    conn.execute("CREATE TABLE messages_fts_changed (id INTEGER PRIMARY KEY, indexed INTEGER NOT NULL, content TEXT)")
-    conn.execute(INSERT_TRIGGER)
-    conn.execute(
-        """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-            INSERT INTO messages_fts_changed SELECT old.rowid, 1, old.content
-            WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = old.rowid); END"""
-    )
-    conn.execute(
-        """CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages WHEN old.content IS NOT new.content BEGIN
-            INSERT INTO messages_fts_changed SELECT old.rowid, 1, old.content
-            WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = old.rowid); END"""
-    )
-
-
-def create_backlog(conn: sqlite3.Connection) -> None:
-    """Rows not indexed yet (a named migration): a snapshot's pages leave their new rows here
-    rather than index them before their commit (``flush(defer=True)``), and ``index_backlog``
-    indexes them afterwards in small slices; meanwhile ``search`` reads them directly."""
-    conn.execute("CREATE TABLE messages_fts_backlog (id INTEGER PRIMARY KEY)")
+    "CREATE TABLE messages_fts_changed (id INTEGER PRIMARY KEY, indexed INTEGER NOT NULL, content TEXT)",
+    INSERT_TRIGGER,
+    """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts_changed SELECT old.rowid, 1, old.content
+        WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = old.rowid); END""",
+    """CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages WHEN old.content IS NOT new.content BEGIN
+        INSERT INTO messages_fts_changed SELECT old.rowid, 1, old.content
+        WHERE NOT EXISTS (SELECT 1 FROM messages_fts_changed WHERE id = old.rowid); END""",
+    # Rows not indexed yet: a snapshot's pages leave their new rows here rather than index them
+    # before their commit (``flush(defer=True)``), and ``index_backlog`` indexes them afterwards
+    # in small slices; meanwhile ``search`` reads them directly.
+    "CREATE TABLE messages_fts_backlog (id INTEGER PRIMARY KEY)",
+)
 
 
 def flush(conn: sqlite3.Connection, defer: bool = False) -> None:

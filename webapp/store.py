@@ -46,6 +46,7 @@ from shared.reducer import PENDING_SEQ, DeleteChildren, Upsert, apply
 from shared.schema import CHATS, MESSAGES, TABLES, Sql, Table
 from shared.thread import ROOT, Link, children
 from webapp import search as fulltext
+from webapp.migrations import MIGRATIONS
 from webapp.transport import RunInfo
 
 SHOWN = Sql("sqlite", scoped=False)
@@ -170,104 +171,6 @@ class Rejection:
     error: str
 
 
-def _migration_1(conn: sqlite3.Connection) -> None:
-    for sql in (SHOWN, CONFIRMED):
-        for table in (CHATS, MESSAGES):
-            for statement in sql.create(table):
-                conn.execute(statement)
-    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    conn.execute(
-        """CREATE TABLE pending_events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
-            entity_id TEXT NOT NULL, body TEXT NOT NULL,
-            status TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
-            seq INTEGER, last_error TEXT)"""
-    )
-
-
-def _migration_2(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE drafts (chat_id TEXT PRIMARY KEY, text TEXT NOT NULL)")
-
-
-def _migration_3(conn: sqlite3.Connection) -> None:
-    """Outbox statuses: before this, everything unsent was 'pending' whatever its attempts."""
-    conn.execute("UPDATE pending_events SET status = 'failed' WHERE status = 'pending' AND last_error IS NOT NULL")
-    conn.execute("UPDATE pending_events SET status = 'sending' WHERE status = 'pending' AND attempts > 0")
-
-
-def _migration_4(conn: sqlite3.Connection) -> None:
-    """What the server rejected stays on the device (not applied) with the reason, until the user
-    resends or discards it."""
-    conn.execute(
-        """CREATE TABLE rejected_events (
-            event_id TEXT PRIMARY KEY, entity_id TEXT NOT NULL, chat_id TEXT, body TEXT NOT NULL,
-            error TEXT NOT NULL)"""
-    )
-
-
-def _migration_5(conn: sqlite3.Connection) -> None:
-    """Which branch this device shows at a fork of a chat (fork: the parent's id, '' at the root)."""
-    conn.execute(
-        """CREATE TABLE branch_choices (
-            chat_id TEXT NOT NULL, fork TEXT NOT NULL, child_id TEXT NOT NULL, PRIMARY KEY (chat_id, fork))"""
-    )
-
-
-def _migration_6(conn: sqlite3.Connection) -> None:
-    """Full-text search over titles and messages (webapp/search.py), and the replies still being
-    written found without reading every message (the chat list marks their chats)."""
-    fulltext.create_index(conn)
-    conn.execute("CREATE INDEX messages_running ON messages (chat_id) WHERE status IN ('queued', 'streaming')")
-
-
-def _migration_7(conn: sqlite3.Connection) -> None:
-    """A snapshot's rows are indexed for search after it, in slices (webapp/search.py)."""
-    fulltext.create_backlog(conn)
-
-
-def _migration_8(conn: sqlite3.Connection) -> None:
-    """Indexes nothing here reads through (rows are found by id, a chat's messages by chat, in
-    order of time; the server's copy has them for its own reads): each only cost a write per
-    row (a snapshot's rows go in faster without them)."""
-    for index in (
-        "confirmed_chats_last_seq", "confirmed_messages_last_seq", "confirmed_messages_chat_id_created_at",
-        "chats_last_seq", "messages_last_seq", "messages_chat_id_last_seq",
-    ):  # fmt: skip
-        conn.execute(f"DROP INDEX IF EXISTS {index}")
-
-
-def _migration_9(conn: sqlite3.Connection) -> None:
-    """Each row once: the confirmed tables keep only the rows the pending overlay changed (a
-    pending event gives every row it writes PENDING_SEQ, so a row whose lastSeq differs between
-    the two copies, or that one of them lacks, is overlaid), and ``overlaid`` names them. A
-    snapshot downloaded into a device that had state notes its rows' ids in ``snapshot_ids``."""
-    conn.execute("CREATE TABLE overlaid (tbl TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID")
-    conn.execute("CREATE TABLE snapshot_ids (tbl TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID")
-    for table in ("chats", "messages"):
-        confirmed = "confirmed_" + table
-        conn.execute(
-            f"""INSERT OR IGNORE INTO overlaid SELECT '{table}', s.id FROM {table} s WHERE NOT EXISTS
-                (SELECT 1 FROM {confirmed} c WHERE c.id = s.id AND c.last_seq = s.last_seq)"""
-        )
-        conn.execute(
-            f"""INSERT OR IGNORE INTO overlaid SELECT '{table}', c.id FROM {confirmed} c WHERE NOT EXISTS
-                (SELECT 1 FROM {table} s WHERE s.id = c.id AND s.last_seq = c.last_seq)"""
-        )
-        conn.execute(f"DELETE FROM {confirmed} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')")
-
-
-# Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
-    ("0001_initial", _migration_1),
-    ("0002_drafts", _migration_2),
-    ("0003_outbox_statuses", _migration_3),
-    ("0004_rejected_events", _migration_4),
-    ("0005_branch_choices", _migration_5),
-    ("0006_search", _migration_6),
-    ("0007_search_backlog", _migration_7),
-    ("0008_confirmed_indexes", _migration_8),
-    ("0009_rows_once", _migration_9),
-]
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
     "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
