@@ -15,8 +15,9 @@ from hypercorn.config import Config
 from pydantic import ValidationError
 
 from server import auth
-from server.app import create_app, describe, open_store, utc_now
+from server.app import create_app, open_store, utc_now
 from server.config import Settings, add_arguments
+from server.errors import describe
 from server.store import UsernameTaken
 from server.transfer import export_account, import_account
 from server.tuning import decline_websocket_compression, tune_garbage_collection

@@ -18,6 +18,7 @@ from server.db import Database, Tx, UniqueViolation
 from server.migrations import MIGRATIONS
 from server.store import (
     Account,
+    Commit,
     CompactionResult,
     CursorExpired,
     InvalidPage,
@@ -96,6 +97,7 @@ class SqlEventStore:
         self.db = db
         self._clock = clock
         self._appender = Appender(db, clock)
+        self.on_commit: Callable[[Commit], None] = lambda commit: None  # (see EventStore.append)
         self._cursor_written: dict[tuple[str, str], datetime] = {}
 
     def _now(self) -> str:
@@ -135,7 +137,11 @@ class SqlEventStore:
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
-        return await self._appender.append(account_id, origin, events)
+        results, current = await self._appender.append(account_id, origin, events)
+        accepted = [e for e, r in zip(events, results, strict=True) if r.status == "accepted" and isinstance(e, DomainEvent)]
+        if accepted:
+            self.on_commit(Commit(account_id, current, accepted))
+        return results, current
 
     async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
         async with self.db.transaction() as tx:

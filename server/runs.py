@@ -105,7 +105,6 @@ class RunWorker:
         run_store: RunStore,
         assistants: dict[str, Assistant],
         publish_delta: Callable[[str, DeltaFrame], Awaitable[None]],
-        notify: Callable[[str, int], None],
         clock: Callable[[], datetime],
         lease_seconds: float = 30.0,
         poll_seconds: float = 1.0,
@@ -117,7 +116,6 @@ class RunWorker:
         self.run_store = run_store
         self._assistants = assistants
         self._publish_delta = publish_delta
-        self._notify = notify
         self._clock = clock
         self._lease = lease_seconds
         self._poll = poll_seconds
@@ -203,10 +201,8 @@ class RunWorker:
     async def _edit(self, reply: Message, status: str, content: str, account_id: str) -> bool:
         """Append the reply as it is now; False when it was refused (the run was stopped, the
         message or its chat deleted)."""
-        [result], current = await self._store.append(account_id, "server", [self._edited(reply, status, content)])
-        if result.status == "accepted":
-            self._notify(account_id, current)
-        return result.status == "accepted"
+        [result], _ = await self._store.append(account_id, "server", [self._edited(reply, status, content)])
+        return result.status == "accepted"  # (the live sockets hear of it from the store's on_commit)
 
     async def _ended_stream(self, run: Run) -> None:
         """The reply's text is in the log for good: the sockets' copies of its stream can go."""

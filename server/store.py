@@ -62,6 +62,16 @@ class Rejected:
 
 
 @dataclass(frozen=True)
+class Commit:
+    """What one append committed to an account's log: the events accepted (none duplicate or
+    rejected), in seq order, and the log's seq after them."""
+
+    account_id: str
+    current_seq: int
+    accepted: list[DomainEvent]
+
+
+@dataclass(frozen=True)
 class Updates:
     events: list[LoggedEvent]
     has_more: bool
@@ -100,7 +110,10 @@ class EventStore(Protocol):
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
     ) -> tuple[list[EventResult], int]:
-        """Log and apply a batch (see the module docstring); returns the results and current seq."""
+        """Log and apply a batch (see the module docstring); returns the results and current seq.
+        After a commit that accepted any event, and before returning, it calls the store's
+        ``on_commit`` hook with a ``Commit``: the one place that wakes what follows the log (the
+        live sockets, the run worker), whoever appended."""
 
     async def read_updates(self, account_id: str, after_seq: int, limit: int) -> Updates:
         """Events with seq > after_seq in seq order; raises CursorExpired below the horizon."""

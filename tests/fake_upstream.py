@@ -44,6 +44,7 @@ class FakeUpstream:
     text: str | None = None
     hold: asyncio.Event | None = None
     calls: int = 0
+    sent: int = 0  # pieces of answers written so far, all calls together
     disconnects: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = field(default_factory=free_port)
@@ -101,6 +102,7 @@ class FakeUpstream:
                 if self.mode == "broken" and i == len(words) // 2:
                     return
                 await self._event(writer, {"choices": [{"index": 0, "delta": {"content": text}}]})
+                self.sent += 1
                 if i == 0 and self.hold is not None:
                     await self.hold.wait()
                 await asyncio.sleep(self.delay)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserType, expect
 
-from server.app import SESSION_COOKIE
+from server.routes import SESSION_COOKIE
 from shared.assistants import demo_answer
 from tests.e2e.pages import send, signed_up, wait_for_service_worker
 from tests.processes import Server

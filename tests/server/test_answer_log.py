@@ -21,6 +21,7 @@ from quart import Quart
 from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
+from server.config import Settings
 from server.live import MAX_PENDING_DELTAS, Hub, SharedReads
 from server.runs import CHECKPOINT_RATIO, CheckpointPlan, escaped_size
 from shared.models import DeltaFrame
@@ -29,7 +30,8 @@ from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, message, new_id
-from tests.server.test_runs import a_requested_run, run_settings, until_status
+from tests.server.test_runs import a_requested_run, run_settings, until_idle, until_status
+from tests.waiting import until
 
 # Words of an answer, with some of what JSON escapes: quotes, backslashes, non-ASCII.
 WORDS = 'the plan is "simple": we keep C:\\temp as it is, and the café opens at nine'.split()
@@ -45,7 +47,8 @@ def answer_text(words: int) -> str:
 
 @pytest.fixture
 async def app(database_url: str, upstream: FakeUpstream) -> AsyncIterator[Quart]:
-    app = create_app(run_settings(database_url, upstream))
+    # The checkpoints as shipped (at most one a second): these tests measure what the log costs.
+    app = create_app(run_settings(database_url, upstream, run_checkpoint_seconds=Settings().run_checkpoint_seconds))
     async with app.test_app():
         yield app
 
@@ -103,7 +106,7 @@ async def test_a_socket_joining_mid_answer_gets_the_text_so_far_right_after_caug
     chat, _, request = await a_requested_run(client, session)
     run_id, reply_id = request["payload"]["runId"], request["payload"]["messageId"]
     await until_status(client, session, chat, reply_id, "streaming")
-    await asyncio.sleep(0.8)  # tokens have streamed; no checkpoint yet
+    await until(lambda: upstream.sent >= 50, "the answer has not streamed 50 words")  # (no checkpoint yet)
     async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
         logged = ""  # the reply's content as the log says
         while (frame := json.loads(await asyncio.wait_for(ws.receive(), 5)))["type"] != "caughtUp":
@@ -129,7 +132,7 @@ async def test_a_socket_joining_after_the_answer_gets_no_delta(app: Quart, clien
     session = await signup(client)
     chat, _, request = await a_requested_run(client, session)
     await until_status(client, session, chat, request["payload"]["messageId"], "completed")
-    await asyncio.sleep(0.1)  # (the run's end is published after its final event)
+    await until_idle(app)  # (the run's end is published after its final event)
     async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
         while json.loads(await asyncio.wait_for(ws.receive(), 5))["type"] != "caughtUp":
             pass
@@ -233,9 +236,7 @@ async def test_sockets_on_two_processes_of_one_postgresql_get_the_text_so_far(tm
             request = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
             events = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
             assert (await http.post("/sync/events", json={"events": events}, headers=headers)).status_code == 200
-            while not upstream.requests:  # a process has claimed the run
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.8)  # tokens have streamed
+            await until(lambda: upstream.sent >= 50, "the answer has not streamed 50 words")
 
             async def joined(process: Server) -> str:
                 socket_url = process.url.replace("http://", "ws://") + "/sync/live?afterSeq=0"

@@ -10,6 +10,7 @@ from quart import Quart
 from quart.testing.connections import WebsocketDisconnectError
 from quart.typing import TestClientProtocol as Client
 
+from shared.models import DomainEvent
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, new_id
 
@@ -37,6 +38,17 @@ async def test_backlog_then_caught_up_then_live(client: Client) -> None:
         assert frame["type"] == "event" and frame["event"]["seq"] == 4
         assert frame["event"]["origin"] == session["deviceId"]
         assert await receive(ws, timeout=3) == {"type": "ping"}  # ping_seconds=0.5 in the fixture
+
+
+async def test_an_append_by_any_writer_reaches_the_live_sockets_through_the_stores_hook(app: Quart, client: Client) -> None:
+    """Not only the route's: what the run worker or an import appends wakes the sockets too."""
+    session = await signup(client)
+    async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
+        assert await receive(ws) == {"type": "caughtUp", "seq": 0}
+        event = DomainEvent.model_validate(chat_created(new_id()))
+        await app.extensions["store"].append(session["userId"], "server", [event])
+        frame = await receive(ws)
+        assert frame["type"] == "event" and frame["event"]["eventId"] == event.event_id and frame["event"]["origin"] == "server"
 
 
 async def test_hand_over_has_no_gap_and_no_duplicate_while_writers_commit(client: Client) -> None:

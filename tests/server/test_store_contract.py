@@ -13,7 +13,7 @@ import pytest
 
 import server.append_sql
 from server.event_store import SqlEventStore
-from server.store import CursorExpired, Rejected
+from server.store import Commit, CursorExpired, Rejected
 from shared.models import DomainEvent
 from tests.server.events import chat_created, event, message, new_id
 from tests.server.stores import Clock, open_store
@@ -50,6 +50,25 @@ async def test_seqs_are_gapless_per_account_and_duplicates_keep_theirs(store: Sq
     assert [(r.status, r.seq) for r in results] == [("rejected", None), ("duplicate", 1), ("accepted", 3)]
     assert head == 3 and await store.current_seq(a) == 3
     assert [e.seq for e in (await store.read_updates(a, 0, 10)).events] == [1, 2, 3]
+
+
+async def test_each_commit_that_accepted_events_calls_on_commit_once_with_them(store: SqlEventStore) -> None:
+    commits: list[Commit] = []
+    store.on_commit = commits.append
+    account, chat = new_id(), new_id()
+    first, second = chat_created(chat), message("MessageAppended", new_id(), chat)
+    unknown = message("MessageAppended", new_id(), new_id())
+    await store.append(account, "dev", parse(first, unknown, second))
+    assert [(c.account_id, c.current_seq, [e.event_id for e in c.accepted]) for c in commits] == [
+        (account, 2, [first["eventId"], second["eventId"]])  # (not the rejected one)
+    ]
+    await store.append(account, "dev", parse(first))  # a duplicate only: nothing new
+    await store.append(account, "dev", parse(unknown))  # a rejection only
+    await store.append(account, "dev", [Rejected(new_id(), "not an event")])
+    assert len(commits) == 1
+    together = [store.append(new_id(), "dev", parse(chat_created(new_id()))) for _ in range(5)]
+    await asyncio.gather(*together)  # (committed in one group, perhaps: still one call per append)
+    assert len(commits) == 6 and all(len(c.accepted) == 1 for c in commits[1:])
 
 
 async def test_a_rejected_event_leaves_no_trace(store: SqlEventStore) -> None:
