@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import pydantic_core
 
-from server.db import Tx
+from server.db import Param, Row, Tx, Value, integer, text
 from server.store import Rejected
 from server.validation import AccountState, named_ids
 from shared.models import DomainEvent, RunRequest
@@ -52,7 +52,7 @@ async def lock_heads(tx: Tx, dialect: Dialect, account_ids: list[str]) -> list[t
     available seq) in account order."""
     sql, params = _lock_sql(dialect, sorted(set(account_ids)))
     rows = await tx.fetchall(sql, *params)
-    return sorted((str(r[0]), int(r[1]), int(r[2])) for r in rows)
+    return sorted((text(r[0]), integer(r[1]), integer(r[2])) for r in rows)
 
 
 async def lock_and_prefetch(
@@ -104,7 +104,7 @@ async def prefetch(tx: Tx, group: Sequence[Batch]) -> tuple[dict[str, int], dict
 async def write(
     tx: Tx,
     dialect: Dialect,
-    log_rows: list[tuple[Any, ...]],
+    log_rows: list[Row],
     mutations: list[tuple[str, Mutation]],
     heads: dict[str, int],
 ) -> None:
@@ -137,7 +137,7 @@ async def write(
 
 
 async def write_if_heads_are(
-    tx: Tx, heads: dict[str, int], log_rows: list[tuple[Any, ...]], mutations: list[tuple[str, Mutation]]
+    tx: Tx, heads: dict[str, int], log_rows: list[Row], mutations: list[tuple[str, Mutation]]
 ) -> bool:
     """PostgreSQL: what ``write`` writes, in one statement that locks the heads and writes only if
     each is still the given one. False when nothing was written: a head had moved, or the
@@ -158,7 +158,7 @@ async def write_if_heads_are(
     return bool(written)
 
 
-async def insert_runs(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+async def insert_runs(tx: Tx, rows: list[Row]) -> None:
     """Each accepted AssistantRunRequested: a durable run, queued (the rows of the runs table)."""
     await tx.executemany(
         "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
@@ -167,7 +167,7 @@ async def insert_runs(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
     )
 
 
-def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Param]]:
     """``(a, b) IN <the pairs>`` and its parameters. PostgreSQL gets two arrays, so the statement
     text is the same whatever the count (asyncpg prepares each distinct text once); SQLite gets
     ``a = ? AND b IN (...)`` for each first value, joined by OR (it searches the key's index for
@@ -188,11 +188,11 @@ def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> t
     return "(" + " OR ".join(terms) + ")", [v for a, bs in by_first.items() for v in (a, *bs)]
 
 
-def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Any]]:
+def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Param]]:
     """Create the accounts' log head rows if need be and lock them until commit (PostgreSQL's
     ON CONFLICT DO UPDATE takes the row locks, in account order, so two processes cannot
     deadlock; SQLite's write transaction is exclusive)."""
-    params: list[Any]
+    params: list[Param]
     if dialect == "postgres":
         rows_sql, params = "SELECT unnest(?::text[]) ORDER BY 1", [ordered]
     else:
@@ -209,30 +209,35 @@ def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Any]]:
 _SEEN_HEADS = "SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])"
 
 
-def _heads(rows: list[tuple[Any, ...]], kind: str) -> dict[str, int]:
-    return {str(r[1]): int(r[3]) for r in rows if r[0] == kind}
+def _heads(rows: list[Row], kind: str) -> dict[str, int]:
+    return {text(r[1]): _number(r[3]) for r in rows if r[0] == kind}
 
 
-def _states(group: Sequence[Batch], rows: list[tuple[Any, ...]]) -> dict[str, AccountState]:
+def _number(value: Value) -> int:
+    """An integer the prefetch's union carries in a TEXT column (PostgreSQL) or as it is (SQLite)."""
+    return int(value) if isinstance(value, str) else integer(value)
+
+
+def _states(group: Sequence[Batch], rows: list[Row]) -> dict[str, AccountState]:
     """The accounts' states from the prefetch read's rows (its other rows, heads, are skipped)."""
     states = {r.account_id: AccountState() for r in group}
     for kind, account, key, value, status in rows:
         if kind in ("h", "s"):
             continue
-        state = states[str(account)]
+        state = states[text(account)]
         if kind == "e":
-            state.logged[str(key)] = int(value)
+            state.logged[text(key)] = _number(value)
         elif kind == "m":
-            state.messages[str(key)] = str(value)
-            state.statuses[str(key)] = str(status)
+            state.messages[text(key)] = text(value)
+            state.statuses[text(key)] = text(status)
         elif kind == "r":
-            state.runs.add(str(key))
+            state.runs.add(text(key))
         else:
-            state.chats.add(str(key))
+            state.chats.add(text(key))
     return states
 
 
-def _prefetch_query(dialect: Dialect, group: Sequence[Batch]) -> tuple[str, list[Any]]:
+def _prefetch_query(dialect: Dialect, group: Sequence[Batch]) -> tuple[str, list[Param]]:
     """One read for the whole transaction: the eventIds already logged, and the named rows."""
     event_pairs: set[tuple[str, str]] = set()
     chat_pairs: set[tuple[str, str]] = set()
@@ -306,7 +311,7 @@ def _runs(mutations: list[tuple[str, Mutation]], dialect: Dialect) -> Iterator[t
         yield upserts, run
 
 
-def _shape(mutation: Mutation) -> tuple[Any, ...]:
+def _shape(mutation: Mutation) -> tuple[object, ...]:
     """What decides a mutation's SQL text (besides its type and table)."""
     if isinstance(mutation, DeleteChildren):
         return (mutation.column,)
@@ -329,7 +334,7 @@ def _pg_upsert(table: Table, where: str = "") -> str:
 
 # Many rows go to PostgreSQL as ONE parameter, a JSON array of arrays: the statement text is the
 # same whatever the count, and encoding it costs a fraction of one array parameter per column.
-def _json_rows(rows: list[tuple[Any, ...]]) -> str:
+def _json_rows(rows: list[Row]) -> str:
     return pydantic_core.to_json(rows).decode()  # (pydantic's Rust encoder: twice json's speed)
 
 

@@ -26,10 +26,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from server.append_sql import insert_runs, lock_and_prefetch, prefetch, write, write_if_heads_are
-from server.db import Database, PostgresDatabase, Tx
+from server.db import Database, PostgresDatabase, Row, Tx
 from server.store import Rejected
 from server.validation import AccountState, footprint, validation_error
 from shared.models import DomainEvent, EventResult, RunCancel, RunRequest, format_time
@@ -53,9 +52,9 @@ class _Request:
 @dataclass
 class _Plan:
     outcomes: list[tuple[list[EventResult], int]] = field(default_factory=list)
-    log_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    log_rows: list[Row] = field(default_factory=list)
     changes: list[tuple[str, Mutation]] = field(default_factory=list)
-    runs: list[tuple[Any, ...]] = field(default_factory=list)  # rows of the runs table
+    runs: list[Row] = field(default_factory=list)  # rows of the runs table
     heads: dict[str, int] = field(default_factory=dict)  # the accounts' new heads
 
 

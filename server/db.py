@@ -1,10 +1,12 @@
 """The two database backends behind one small interface: a transaction that runs SQL.
 
 The queries live in the modules that use them (``server/event_store.py`` the reads and
-compaction, ``server/appender.py`` the write path, ``server/run_store.py`` the runs, ...); this module
-only knows how to open a transaction on SQLite (the standard library's module, used from the
-event loop) or PostgreSQL (an asyncpg pool), and translates the drivers' errors into our own in
+compaction, ``server/append_sql.py`` the write path's, ``server/run_store.py`` the runs', ...); this
+module only knows how to open a transaction on SQLite (the standard library's module, used from
+the event loop) or PostgreSQL (an asyncpg pool), and translates the drivers' errors into our own in
 one place. SQL is written with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``).
+Nothing crosses this boundary untyped: parameters are ``Param``s, rows tuples of ``Value``s, which
+the callers narrow with ``text``/``integer``/... (a column holding something else is a TypeError).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
 
@@ -38,17 +40,41 @@ class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached or opened."""
 
 
-Row = tuple[Any, ...]
+# What a column holds and a parameter is, on either backend (TEXT, INTEGER/BIGINT, REAL, BLOB,
+# BOOLEAN on PostgreSQL, NULL): a row's values are narrowed by ``text``/``integer``/... below.
+Value = str | int | float | bytes | None
+Row = tuple[Value, ...]
+Param = Value | list[str] | list[int]  # (a list: a PostgreSQL array, as in ``= ANY(?)``)
+
+
+def text(value: Value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"a TEXT column held {value!r}")
+    return value
+
+
+def optional_text(value: Value) -> str | None:
+    return None if value is None else text(value)
+
+
+def integer(value: Value) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"an INTEGER column held {value!r}")
+    return value
+
+
+def optional_integer(value: Value) -> int | None:
+    return None if value is None else integer(value)
 
 
 class Tx(Protocol):
-    async def execute(self, sql: str, *params: Any) -> None: ...
+    async def execute(self, sql: str, *params: Param) -> None: ...
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Param]]) -> None: ...
 
-    async def fetchone(self, sql: str, *params: Any) -> Row | None: ...
+    async def fetchone(self, sql: str, *params: Param) -> Row | None: ...
 
-    async def fetchall(self, sql: str, *params: Any) -> list[Row]: ...
+    async def fetchall(self, sql: str, *params: Param) -> list[Row]: ...
 
 
 class Database(Protocol):
@@ -63,7 +89,7 @@ class Database(Protocol):
         """``async with db.transaction(write=True) as tx: ...``; commits, or rolls back on error.
         ``slow``: this transaction may take long (compaction); SQLite runs it in a thread."""
 
-    async def read_one(self, sql: str, *params: Any) -> Row | None:
+    async def read_one(self, sql: str, *params: Param) -> Row | None:
         """One single-statement read, with no transaction around it (the cheapest round trip)."""
 
 
@@ -95,17 +121,17 @@ class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    async def execute(self, sql: str, *params: Any) -> None:
+    async def execute(self, sql: str, *params: Param) -> None:
         self._conn.execute(sql, params)
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Param]]) -> None:
         self._conn.executemany(sql, rows)
 
-    async def fetchone(self, sql: str, *params: Any) -> Row | None:
+    async def fetchone(self, sql: str, *params: Param) -> Row | None:
         row: Row | None = self._conn.execute(sql, params).fetchone()
         return row
 
-    async def fetchall(self, sql: str, *params: Any) -> list[Row]:
+    async def fetchall(self, sql: str, *params: Param) -> list[Row]:
         return self._conn.execute(sql, params).fetchall()
 
 
@@ -113,17 +139,17 @@ class _SqliteThreadTx(_SqliteTx):
     """The same in a worker thread, for the transactions that may take long (``slow=True``:
     compaction), which would hold up every request meanwhile if they ran on the loop."""
 
-    async def execute(self, sql: str, *params: Any) -> None:
+    async def execute(self, sql: str, *params: Param) -> None:
         await asyncio.to_thread(self._conn.execute, sql, params)
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Param]]) -> None:
         await asyncio.to_thread(self._conn.executemany, sql, rows)
 
-    async def fetchone(self, sql: str, *params: Any) -> Row | None:
+    async def fetchone(self, sql: str, *params: Param) -> Row | None:
         row: Row | None = await asyncio.to_thread(lambda: self._conn.execute(sql, params).fetchone())
         return row
 
-    async def fetchall(self, sql: str, *params: Any) -> list[Row]:
+    async def fetchall(self, sql: str, *params: Param) -> list[Row]:
         rows: list[Row] = await asyncio.to_thread(lambda: self._conn.execute(sql, params).fetchall())
         return rows
 
@@ -323,7 +349,7 @@ class SqliteDatabase:
             raise
         conn.commit()
 
-    async def read_one(self, sql: str, *params: Any) -> Row | None:
+    async def read_one(self, sql: str, *params: Param) -> Row | None:
         if self._path == ":memory:":
             async with self.transaction() as tx:
                 return await tx.fetchone(sql, *params)
@@ -349,20 +375,20 @@ class _PostgresTx:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
 
-    async def execute(self, sql: str, *params: Any) -> None:
+    async def execute(self, sql: str, *params: Param) -> None:
         await self._conn.execute(_numbered(sql), *params)
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Param]]) -> None:
         if len(rows) == 1:  # asyncpg's executemany costs more than a plain execute for one row
             await self._conn.execute(_numbered(sql), *rows[0])
         elif rows:
             await self._conn.executemany(_numbered(sql), rows)
 
-    async def fetchone(self, sql: str, *params: Any) -> Row | None:
+    async def fetchone(self, sql: str, *params: Param) -> Row | None:
         record = await self._conn.fetchrow(_numbered(sql), *params)
         return None if record is None else tuple(record)
 
-    async def fetchall(self, sql: str, *params: Any) -> list[Row]:
+    async def fetchall(self, sql: str, *params: Param) -> list[Row]:
         return [tuple(r) for r in await self._conn.fetch(_numbered(sql), *params)]
 
 
@@ -416,7 +442,7 @@ class PostgresDatabase:
         async with self._pool.acquire() as conn:
             yield _PostgresTx(conn)
 
-    async def read_one(self, sql: str, *params: Any) -> Row | None:
+    async def read_one(self, sql: str, *params: Param) -> Row | None:
         if self._pool is None:
             raise DatabaseUnavailable("the database is not open")
         record = await self._pool.fetchrow(_numbered(sql), *params)

@@ -1,6 +1,6 @@
 """The event store: the queries of the log's reads, the state tables, compaction and accounts,
-written once for both backends (``server/db.py``); the write path's are in ``server/appender.py``.
-The guarantees are documented in ``server/store.py``.
+written once for both backends (``server/db.py``); the write path is ``server/appender.py`` (its
+SQL in ``server/append_sql.py``). The guarantees are documented in ``server/store.py``.
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import functools
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from server.append_sql import lock_heads
 from server.appender import Appender
-from server.db import Database, Tx, UniqueViolation
+from server.db import Database, Param, Row, Tx, UniqueViolation, Value, integer, text
 from server.migrations import MIGRATIONS
 from server.store import (
     Account,
@@ -32,6 +31,7 @@ from shared.models import (
     Chat,
     DomainEvent,
     EventResult,
+    EventType,
     LoggedEvent,
     Message,
     Snapshot,
@@ -82,14 +82,19 @@ PARSED_PAYLOAD_CHARS = 8192
 
 
 @functools.lru_cache(maxsize=PARSED_EVENTS)
-def _parsed(row: tuple[Any, ...]) -> LoggedEvent:
+def _parsed(row: Row) -> LoggedEvent:
     return LoggedEvent(
-        seq=row[0], event_id=row[1], type=row[2], payload=json.loads(row[3]), created_at=row[4], origin=row[5]
+        seq=integer(row[0]),
+        event_id=text(row[1]),
+        type=EventType(text(row[2])),
+        payload=json.loads(text(row[3])),
+        created_at=text(row[4]),
+        origin=text(row[5]),
     )
 
 
-def _logged(row: tuple[Any, ...]) -> LoggedEvent:
-    return _parsed(row) if len(row[3]) <= PARSED_PAYLOAD_CHARS else _parsed.__wrapped__(row)
+def _logged(row: Row) -> LoggedEvent:
+    return _parsed(row) if len(text(row[3])) <= PARSED_PAYLOAD_CHARS else _parsed.__wrapped__(row)
 
 
 class SqlEventStore:
@@ -132,7 +137,7 @@ class SqlEventStore:
         row = await tx.fetchone(
             "SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?", account_id
         )
-        return (0, 1) if row is None else (int(row[0]), int(row[1]))
+        return (0, 1) if row is None else (integer(row[0]), integer(row[1]))
 
     async def append(
         self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
@@ -186,7 +191,7 @@ class SqlEventStore:
                 if len(rows) > remaining:
                     rows = rows[:remaining]
                     if rows:
-                        next_page = encode_page(table.name, rows[-1]["last_seq"], rows[-1]["id"])
+                        next_page = encode_page(table.name, integer(rows[-1]["last_seq"]), text(rows[-1]["id"]))
                     elif start is not None:
                         next_page = encode_page(table.name, *start)
                     else:  # no room left on this page for this table: it starts the next one
@@ -205,12 +210,12 @@ class SqlEventStore:
         total = 0
         for table in (CHATS, MESSAGES):
             where = "account_id = ? AND last_seq <= ?"
-            params: list[Any] = [account_id, up_to_seq]
+            params: list[Param] = [account_id, up_to_seq]
             if chat_id is not None:
                 where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
                 params.append(chat_id)
             row = await tx.fetchone(f"SELECT count(*) FROM {table.name} WHERE {where}", *params)
-            total += int(row[0]) if row is not None else 0
+            total += integer(row[0]) if row is not None else 0
         return total
 
     @staticmethod
@@ -222,13 +227,13 @@ class SqlEventStore:
         chat_id: str | None,
         after: tuple[int, str] | None,
         limit: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, Value]]:
         """Rows of the snapshot at ``up_to_seq`` after the key ``after`` (last_seq, id),
         in descending order of that key (the index on (account_id, last_seq) serves it)."""
         # The range starts at the last row sent (not at up_to_seq, with the rows before it left
         # out one by one: that made each page cost as much as every page before it).
         where = "account_id = ? AND last_seq <= ?"
-        params: list[Any] = [account_id, up_to_seq if after is None else min(up_to_seq, after[0])]
+        params: list[Param] = [account_id, up_to_seq if after is None else min(up_to_seq, after[0])]
         if after is not None:
             where += " AND (last_seq < ? OR id < ?)"  # (last_seq <= after's: ties by id)
             params += [after[0], after[1]]
@@ -245,11 +250,11 @@ class SqlEventStore:
 
     async def current_seq(self, account_id: str) -> int:
         row = await self.db.read_one("SELECT head_seq FROM logs WHERE account_id = ?", account_id)
-        return 0 if row is None else int(row[0])
+        return 0 if row is None else integer(row[0])
 
     async def min_available_seq(self, account_id: str) -> int:
         row = await self.db.read_one("SELECT min_available_seq FROM logs WHERE account_id = ?", account_id)
-        return 1 if row is None else int(row[0])
+        return 1 if row is None else integer(row[0])
 
     # --- compaction ----------------------------------------------------------------------------
 
@@ -316,14 +321,14 @@ class SqlEventStore:
         assert before is not None and middle is not None and after is not None
         return CompactionResult(
             account_id=account_id,
-            superseded_removed=int(before[0]) - int(middle[0]),
-            truncated=int(middle[0]) - int(after[0]),
+            superseded_removed=integer(before[0]) - integer(middle[0]),
+            truncated=integer(middle[0]) - integer(after[0]),
             min_available_seq=new_min,
         )
 
     async def compact_all(self, retention_seconds: float, grace_seconds: float) -> list[CompactionResult]:
         async with self.db.transaction() as tx:
-            accounts = [str(r[0]) for r in await tx.fetchall("SELECT account_id FROM logs ORDER BY account_id")]
+            accounts = [text(r[0]) for r in await tx.fetchall("SELECT account_id FROM logs ORDER BY account_id")]
         return [await self.compact(a, retention_seconds, grace_seconds) for a in accounts]
 
     # --- accounts, devices and sessions --------------------------------------------------------
@@ -343,7 +348,7 @@ class SqlEventStore:
 
     async def find_account(self, username: str) -> Account | None:
         row = await self.db.read_one("SELECT id, username, password_hash FROM accounts WHERE username = ?", username)
-        return None if row is None else Account(*row)
+        return None if row is None else Account(text(row[0]), text(row[1]), text(row[2]))
 
     async def create_session(self, token_hash: str, account_id: str, device_id: str, device_name: str) -> None:
         now = self._now()
@@ -366,7 +371,7 @@ class SqlEventStore:
 
     async def find_session(self, token_hash: str) -> SessionInfo | None:
         row = await self.db.read_one("SELECT account_id, device_id FROM sessions WHERE token_hash = ?", token_hash)
-        return None if row is None else SessionInfo(*row)
+        return None if row is None else SessionInfo(text(row[0]), text(row[1]))
 
     async def delete_session(self, token_hash: str) -> None:
         async with self.db.transaction(write=True) as tx:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from server.db import Database
+from server.db import Database, integer, optional_integer, optional_text, text
 from shared.assistants import Usage
 from shared.models import UNFINISHED, Message, format_time
 from shared.schema import MESSAGES
@@ -120,7 +120,7 @@ class SqlRunStore:
                 owner,
                 format_time(lease_until),
             )
-        return None if row is None else Run(*(str(v) for v in row))
+        return None if row is None else Run(*(text(v) for v in row))
 
     async def expire(self, now: datetime, error: str) -> list[Run]:
         async with self._db.transaction(write=True) as tx:
@@ -132,7 +132,7 @@ class SqlRunStore:
                 format_time(now),
                 format_time(now),
             )
-        return [Run(*(str(v) for v in row)) for row in rows]
+        return [Run(*(text(v) for v in row)) for row in rows]
 
     async def renew(self, run: Run, owner: str, lease_until: datetime) -> bool:
         async with self._db.transaction(write=True) as tx:
@@ -174,7 +174,13 @@ class SqlRunStore:
                 chat_id,
             )
         # (the columns in the order of RunRecord's fields)
-        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], usage_reported=bool(r[7]), upstream_calls=r[8]) for r in rows]
+        return [
+            RunRecord(
+                text(r[0]), text(r[1]), text(r[2]), text(r[3]), optional_text(r[4]), optional_integer(r[5]),
+                optional_integer(r[6]), usage_reported=bool(r[7]), upstream_calls=integer(r[8]),
+            )
+            for r in rows
+        ]  # fmt: skip
 
     async def chat_messages(self, account_id: str, chat_id: str) -> list[Message]:
         columns = ", ".join(MESSAGES.column_names)

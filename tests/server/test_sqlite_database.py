@@ -14,7 +14,7 @@ import pytest
 
 from server.append_sql import _prefetch_query
 from server.appender import _Request
-from server.db import SqliteDatabase
+from server.db import SqliteDatabase, integer, optional_text, text
 from shared.models import DomainEvent
 from tests.server.events import chat_created, event, message, new_id
 
@@ -140,5 +140,19 @@ async def test_the_appends_read_searches_indexes_and_scans_no_table(tmp_path: Pa
         tables = [step for step in plan if step.startswith(("SCAN", "SEARCH")) and "CONSTANT ROW" not in step]
         assert {step.split()[1] for step in tables} == {"event_ids", "messages", "chats", "runs"}, plan
         assert all(step.startswith("SEARCH") for step in tables), plan
+    finally:
+        await db.close()
+
+
+async def test_a_rows_values_are_narrowed_to_what_the_column_must_hold(tmp_path: Path) -> None:
+    db = SqliteDatabase(str(tmp_path / "values.db"))
+    await db.open()
+    try:
+        row = await db.read_one("SELECT 'a', 7, NULL, 1.5")
+        assert row is not None
+        assert (text(row[0]), integer(row[1]), optional_text(row[2])) == ("a", 7, None)
+        for narrow, value in ((text, row[1]), (text, row[2]), (integer, row[0]), (integer, row[3])):
+            with pytest.raises(TypeError):
+                narrow(value)
     finally:
         await db.close()
