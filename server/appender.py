@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from server.append_sql import insert_runs, lock_and_prefetch, prefetch, write, write_if_heads_are
-from server.db import Database, PostgresDatabase, Row, Tx
+from server.db import Database, Row, Tx
+from server.postgres_db import PostgresDatabase
 from server.store import Rejected
 from server.validation import AccountState, footprint, validation_error
 from shared.models import DomainEvent, EventResult, RunCancel, RunRequest, format_time

@@ -168,7 +168,7 @@ async def test_a_head_that_moves_between_the_read_and_the_write_sends_the_append
     statement that checks, under the lock, that the heads have not moved. Here another process
     commits in between: the write must write nothing, and the append is done again under the lock."""
     import server.appender
-    from server.db import _PostgresTx
+    from server.postgres_db import _PostgresTx
 
     schema, url = await postgres_schema()
     first, second = SqlEventStore(open_database(url), Clock()), SqlEventStore(open_database(url), Clock())

@@ -1,4 +1,4 @@
-"""The SQLite backend (server/db.py) runs its statements on the event loop: these are the promises
+"""The SQLite backend (server/sqlite_db.py) runs its statements on the event loop: these are the promises
 that makes it keep. Reads never wait for the writer; a write waiting for another process's lock
 leaves the loop free; checkpoints happen (in a thread of their own); and the append's one read
 finds its rows through indexes, so its cost does not grow with the log."""
@@ -14,7 +14,8 @@ import pytest
 
 from server.append_sql import _prefetch_query
 from server.appender import _Request
-from server.db import SqliteDatabase, integer, optional_text, text
+from server.db import integer, optional_text, text
+from server.sqlite_db import SqliteDatabase
 from shared.models import DomainEvent
 from tests.server.events import chat_created, event, message, new_id
 
