@@ -27,8 +27,10 @@ from shared.thread import ROOT, children, path_to
 from webapp import markdown, ui
 from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
+from webapp.outbox import Rejection
+from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
-from webapp.store import Account, LocalStore, Rejection, is_pending
+from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import (
     AssistantInfo,
