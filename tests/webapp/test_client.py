@@ -175,8 +175,8 @@ async def test_nothing_redrawn_replaces_the_composer_or_its_text(tmp_path: Path)
 
             return [AssistantInfo("demo", "Demo", "remote", "demo"), AssistantInfo("big", "Big model", "remote", "big")]
 
-    client.s.transport = Listing()  # type: ignore[assignment]
-    await client._refresh_assistants()  # the list of assistants arrives
+    client.choice.transport = Listing()  # type: ignore[assignment]
+    await client.choice.refresh()  # the list of assistants arrives
     client.redraw()  # and sync redraws
     client.redraw(chat_changed=True)  # even the chat drawn anew
     assert "Big model" in page.regions["assistant-choice"]
