@@ -1,4 +1,7 @@
-"""The client: reacts to the user's actions and to sync, and redraws from the local database."""
+"""The client, the package's one facade: reacts to the user's actions and to sync, and redraws
+from the local database. ``dispatch`` hands the chat list's actions to ``Chats`` (webapp/chats.py)
+and the assistant's choice to ``AssistantChoice`` (webapp/assistants.py); sending, answers,
+editing and sessions are here."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.assistants import Assistant, Model, ModelAssistant, RunInput
+from shared.assistants import Assistant, Model, RunInput
 from shared.models import (
     UNFINISHED,
     Chat,
@@ -25,21 +28,15 @@ from shared.models import (
 )
 from shared.thread import ROOT, children, path_to
 from webapp import markdown, ui
-from webapp.assistants import DEVICE_MODEL_ID, RemoteAssistant, ToolAssistant
+from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
+from webapp.outbox import Rejection
+from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
-from webapp.store import Account, LocalStore, Rejection, is_pending
+from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
-from webapp.transport import (
-    AssistantInfo,
-    NetworkError,
-    ServerError,
-    Transport,
-    Unauthorized,
-)
+from webapp.transport import NetworkError, ServerError, Transport, Unauthorized
 
-# Until the server has told us its assistants (a first start offline): the one every server has.
-DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
 
@@ -149,6 +146,7 @@ class Client:
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
             kick=self.engine.kick, now=services.now,
         ))  # fmt: skip
+        self.choice = AssistantChoice(self.store, self.view, services.transport, services.python_tool, services.device_model)
         self.selected: str | None = None
         self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
@@ -157,49 +155,11 @@ class Client:
         self._signin: SignIn | None = None  # a sign-in waiting for the user to give up unsent changes
         self._layout = False  # the chats are on screen (else the page is a sign-in form)
 
-    # --- assistants ----------------------------------------------------------------------------
-
-    def assistants(self) -> list[Assistant]:
-        """The server's assistants (as it last listed them), then those that run here."""
-        known = self.store.setting("assistants")
-        remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
-        local: list[Assistant] = [ToolAssistant(self.s.python_tool)]
-        device = self.device_model()
-        if device and self.s.device_model is not None:
-            model = self.s.device_model(device["url"], device["model"])
-            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model))
-        return [RemoteAssistant(a.id, a.name) for a in remote] + local
-
-    def device_model(self) -> dict[str, str] | None:
-        """The model on this device the user set up ({"url", "model"}), if any."""
-        found: dict[str, str] | None = json.loads(self.store.setting("device_model") or "null")
-        return found
-
-    def assistant(self, assistant_id: str) -> Assistant:
-        found = next((a for a in self.assistants() if a.id == assistant_id), None)
-        return found or RemoteAssistant(assistant_id, assistant_id)  # one the server stopped listing
-
-    def chosen_assistant(self) -> str:
-        chosen = self.store.setting("assistant")
-        return chosen if chosen is not None else self.assistants()[0].id
+    # --- from the sync engine ---------------------------------------------------------------------
 
     def _on_online(self) -> None:
-        asyncio.ensure_future(self._refresh_assistants()).add_done_callback(_log_failure)
-
-    async def _refresh_assistants(self) -> None:
-        """Online again: ask the server which assistants it has (kept for offline starts)."""
-        try:
-            found = await self.s.transport.assistants()
-        except (NetworkError, ServerError, Unauthorized):
-            return
-        listed = json.dumps([a.__dict__ for a in found])
-        if listed != self.store.setting("assistants"):
-            await self.store.set_setting("assistants", listed)
-            self._draw_assistants()
-
-    def _draw_assistants(self) -> None:
-        choices = [(a.id, a.name) for a in self.assistants()]
-        self.view.morph("assistant-choice", ui.assistant_options(choices, self.chosen_assistant()))
+        """Online again: the server's assistants are asked for (kept for offline starts)."""
+        asyncio.ensure_future(self.choice.refresh()).add_done_callback(_log_failure)
 
     def _on_delta(self, frame: DeltaFrame) -> None:
         """Streamed tokens of a reply: shown at the next frame, never stored (the log brings
@@ -226,7 +186,7 @@ class Client:
             self.view.focus("input[name=username]")
             self._layout = False
             return
-        device = self.device_model() or {}
+        device = self.choice.device_model() or {}
         layout = ui.layout(account.username, device.get("url", ""), device.get("model", ""))
         key = hashlib.sha1(layout.encode()).hexdigest()[:16]
         shown = self.view.cached(account.user_id, key)  # painted before Python: taken over as it is
@@ -238,7 +198,7 @@ class Client:
         chats = self.store.chats()
         self.selected = shown if any(c.id == shown for c in chats) else chats[0].id if chats else None
         self.editing = None
-        self._draw_assistants()
+        self.choice.draw()
         self.redraw(chat_changed=True)
         self._status(self.engine.status)
         self._start_sync()
@@ -327,7 +287,7 @@ class Client:
         name = action.replace("-", "_")
         handler: Callable[[dict[str, Any]], Awaitable[None]] | None = getattr(
             self, "_on_" + name, None
-        ) or getattr(self.chats, "on_" + name, None)
+        ) or getattr(self.chats, "on_" + name, None) or getattr(self.choice, "on_" + name, None)
         if handler is None:
             raise ValueError(f"unknown action {action!r}")
         await handler(data)
@@ -479,11 +439,10 @@ class Client:
             raise
         await self.chats.title_from_first_message(chat_id)
         self.redraw()
-        assistant = str(data.get("assistant", self.chosen_assistant()))
-        if assistant != self.store.setting("assistant"):
-            await self.store.set_setting("assistant", assistant)
+        assistant = str(data.get("assistant", self.choice.chosen()))
+        await self.choice.choose(assistant)
         if assistant != NO_ASSISTANT:
-            await self._ask(self.assistant(assistant), message)
+            await self._ask(self.choice.get(assistant), message)
 
     async def _ask(self, assistant: Assistant, question: Message) -> None:
         """Whatever the assistant, what it yields is applied the same way: saved and shown at
@@ -524,16 +483,6 @@ class Client:
             await self._submit(EventType.MESSAGE_EDITED, reply.model_copy(update={"status": "failed_upstream"}))
         self.redraw()
 
-    async def _on_choose_assistant(self, data: dict[str, Any]) -> None:
-        await self.store.set_setting("assistant", str(data.get("assistant", "")))
-        self._draw_assistants()
-
-    async def _on_device_model(self, data: dict[str, Any]) -> None:
-        """The on-device model's settings (empty: none)."""
-        url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()
-        await self.store.set_setting("device_model", json.dumps({"url": url, "model": model} if url and model else None))
-        self._draw_assistants()
-
     async def _on_stop_run(self, data: dict[str, Any]) -> None:
         reply = self.store.message(str(data["id"]))
         if reply is None or reply.status not in UNFINISHED:
@@ -551,7 +500,7 @@ class Client:
         reply = self.store.message(str(data["id"]))
         question = self._question_of(reply) if reply is not None else None
         if reply is not None and reply.assistant_id and question is not None:
-            await self._ask(self.assistant(reply.assistant_id), question)
+            await self._ask(self.choice.get(reply.assistant_id), question)
 
     _on_retry_run = _on_regenerate
 
@@ -608,7 +557,7 @@ class Client:
             await self._submit(EventType.MESSAGE_APPENDED, branch, resolves=resolves or ())
             self.redraw()
             if answerer:
-                await self._ask(self.assistant(answerer), branch)
+                await self._ask(self.choice.get(answerer), branch)
             return
         await self._submit(EventType.MESSAGE_EDITED, message.model_copy(update={"content": text}), resolves=resolves or ())
         self.redraw()
@@ -667,7 +616,7 @@ class Client:
         self.redraw()
         requests = [r.event.payload for r in refused if isinstance(r.event.payload, RunRequest)]
         if requests:
-            await self._ask(self.assistant(requests[0].assistant_id), message)
+            await self._ask(self.choice.get(requests[0].assistant_id), message)
 
     # --- the rest --------------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ and the client applies them all the same way (through the outbox, so other devic
 - ``ToolAssistant``: runs here, with no network at all. It answers with tools, each call and its
   result a message of its own (``ToolCallRequested``, then ``ToolCallSucceeded`` or
   ``ToolCallFailed``): a calculator, and Python (run here, in Pyodide in the browser).
+
+``AssistantChoice`` is which of them the composer offers, and the one chosen.
 """
 
 from __future__ import annotations
@@ -16,14 +18,19 @@ import math
 import operator
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
-from shared.assistants import RunInput
+from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import DomainEvent, EventType, Message, RunRequest
+from webapp import ui
 from webapp.python_tool import run_python
+from webapp.store import LocalStore
+from webapp.transport import AssistantInfo, NetworkError, ServerError, Transport, Unauthorized
 
 LOCAL_TOOLS_ID = "local-tools"
 DEVICE_MODEL_ID = "on-device"
+# Until the server has told us its assistants (a first start offline): the one every server has.
+DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
 
 
 class RemoteAssistant:
@@ -100,6 +107,83 @@ class ToolAssistant:
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 _ARITHMETIC = re.compile(r"^[\d\s.+\-*/%()^,a-z_]*$")
+
+
+class ChoiceView(Protocol):
+    def morph(self, region: str, html: str) -> None: ...
+
+
+class AssistantChoice:
+    """The assistants the composer offers and the one chosen, kept on this device (the server's
+    list too, for offline starts). ``Client.dispatch`` hands it every action it has an ``on_``
+    method for."""
+
+    def __init__(
+        self,
+        store: LocalStore,
+        view: ChoiceView,
+        transport: Transport,
+        python_tool: Callable[[str], Awaitable[str]] | None,
+        device_model: Callable[[str, str], Model] | None,
+    ) -> None:
+        self.store = store
+        self.view = view
+        self.transport = transport
+        self.python_tool = python_tool
+        self.make_device_model = device_model  # (None where there is no way to call one)
+
+    def offered(self) -> list[Assistant]:
+        """The server's assistants (as it last listed them), then those that run here."""
+        known = self.store.setting("assistants")
+        remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+        local: list[Assistant] = [ToolAssistant(self.python_tool)]
+        device = self.device_model()
+        if device and self.make_device_model is not None:
+            model = self.make_device_model(device["url"], device["model"])
+            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model))
+        return [RemoteAssistant(a.id, a.name) for a in remote] + local
+
+    def device_model(self) -> dict[str, str] | None:
+        """The model on this device the user set up ({"url", "model"}), if any."""
+        found: dict[str, str] | None = json.loads(self.store.setting("device_model") or "null")
+        return found
+
+    def get(self, assistant_id: str) -> Assistant:
+        found = next((a for a in self.offered() if a.id == assistant_id), None)
+        return found or RemoteAssistant(assistant_id, assistant_id)  # one the server stopped listing
+
+    def chosen(self) -> str:
+        chosen = self.store.setting("assistant")
+        return chosen if chosen is not None else self.offered()[0].id
+
+    async def choose(self, assistant_id: str) -> None:
+        if assistant_id != self.store.setting("assistant"):
+            await self.store.set_setting("assistant", assistant_id)
+
+    async def refresh(self) -> None:
+        """Online again: ask the server which assistants it has (kept for offline starts)."""
+        try:
+            found = await self.transport.assistants()
+        except (NetworkError, ServerError, Unauthorized):
+            return
+        listed = json.dumps([a.__dict__ for a in found])
+        if listed != self.store.setting("assistants"):
+            await self.store.set_setting("assistants", listed)
+            self.draw()
+
+    def draw(self) -> None:
+        choices = [(a.id, a.name) for a in self.offered()]
+        self.view.morph("assistant-choice", ui.assistant_options(choices, self.chosen()))
+
+    async def on_choose_assistant(self, data: dict[str, Any]) -> None:
+        await self.store.set_setting("assistant", str(data.get("assistant", "")))
+        self.draw()
+
+    async def on_device_model(self, data: dict[str, Any]) -> None:
+        """The on-device model's settings (empty: none)."""
+        url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()
+        await self.store.set_setting("device_model", json.dumps({"url": url, "model": model} if url and model else None))
+        self.draw()
 
 
 def choose_tool(text: str) -> tuple[str | None, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 
-from webapp.store import Checkpoint
+from webapp.database import Checkpoint
 
 CHUNK = 65536  # a multiple of every SQLite page size up to 64 KiB: a page never spans two chunks
 

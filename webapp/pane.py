@@ -17,7 +17,8 @@ from shared.models import Message, RunRequest
 from shared.thread import Step, shown_path
 from webapp import ui
 from webapp.markdown import StreamRenderer
-from webapp.store import Delivery, LocalStore, Rejection
+from webapp.outbox import Delivery, Rejection
+from webapp.store import LocalStore
 from webapp.transport import RunInfo
 
 WINDOW = 40  # messages drawn when a chat opens; "Show earlier messages" adds as many again

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, StateResponse
-from webapp.store import LocalStore, SnapshotProgress
+from webapp.snapshots import SnapshotProgress
+from webapp.store import LocalStore
 from webapp.transport import (
     CursorExpiredError,
     LiveSocket,

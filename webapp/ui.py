@@ -16,8 +16,9 @@ from html import escape
 from shared.models import UNFINISHED, Chat, Message
 from shared.thread import Step
 from webapp import markdown
+from webapp.outbox import Delivery, Rejection
+from webapp.overlay import is_pending
 from webapp.search import Hit
-from webapp.store import Delivery, Rejection, is_pending
 from webapp.sync import Status
 from webapp.transport import RunInfo
 

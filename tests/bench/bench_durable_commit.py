@@ -27,7 +27,8 @@ COMMITS = 40
 MEASURE = """
 import json, time, statistics
 from shared.models import DomainEvent, EventType, Message
-from webapp.store import FilePersistence, LocalStore
+from webapp.database import FilePersistence
+from webapp.store import LocalStore
 
 store = chat_client.store
 chat = store.chats()[0].id

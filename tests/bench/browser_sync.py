@@ -184,7 +184,8 @@ def median_sync(browser: Browser, server: Server, username: str, messages: int, 
 
 CATCH_UP = """
 import json, time
-from webapp.store import FilePersistence, LocalStore
+from webapp.database import FilePersistence
+from webapp.store import LocalStore
 from webapp import sync
 from webapp.sync import SyncEngine
 from TRANSPORT_MODULE import TRANSPORT

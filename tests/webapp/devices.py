@@ -13,7 +13,8 @@ from quart import Quart
 from shared.ids import Uuid7Generator
 from shared.models import Chat, ChatRef, DomainEvent, EventType, Message
 from tests.webapp.inprocess import InProcessTransport
-from webapp.store import FilePersistence, LocalStore, Persistence
+from webapp.database import FilePersistence, Persistence
+from webapp.store import LocalStore
 from webapp.sync import SyncEngine
 
 new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)

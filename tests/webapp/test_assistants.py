@@ -111,7 +111,8 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     from tests.webapp.test_client import FakeAuth, OfflineTransport
     from webapp.app import Client, Services
     from webapp.assistants import DEVICE_MODEL_ID
-    from webapp.store import FilePersistence, LocalStore
+    from webapp.database import FilePersistence
+    from webapp.store import LocalStore
 
     def client_on(path: Path) -> tuple[Client, FakePage]:
         view = FakePage()

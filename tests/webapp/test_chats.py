@@ -16,9 +16,10 @@ from tests.webapp.page import FakePage
 from tests.webapp.test_client import make_client
 from webapp.app import Client
 from webapp.chats import title_from
+from webapp.database import FilePersistence
 from webapp.migrations import MIGRATIONS
 from webapp.search import fts_query
-from webapp.store import FilePersistence, LocalStore
+from webapp.store import LocalStore
 
 
 async def ticking_client(tmp_path: Path) -> tuple[Client, FakePage]:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shared.models import Chat, DomainEvent, EventType, Message, MessageRef
 from tests.webapp.devices import T, new_id
-from webapp import store as store_module
+from webapp import database
 from webapp.chunks import CHUNK, ChunkPersistence, Writes
 from webapp.store import LocalStore
 
@@ -79,7 +79,7 @@ def test_the_stored_chunks_rebuild_the_database_of_the_last_durable_write(ops: l
 
 async def _run(ops: list[tuple[str, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store_module, "CHECKPOINT_WAL_BYTES", 24 * 1024)  # many checkpoints
+        patch.setattr(database, "CHECKPOINT_WAL_BYTES", 24 * 1024)  # many checkpoints
         directory, generation = Path(tmp), 0
         storage = DictStorage(directory / "0")
         storage.directory.mkdir()

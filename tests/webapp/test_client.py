@@ -16,8 +16,9 @@ from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Messa
 from tests.webapp.page import FakePage
 from webapp.app import AuthFailed, Client, Services
 from webapp.assistants import DEVICE_MODEL_ID
+from webapp.database import FilePersistence
 from webapp.pane import WINDOW
-from webapp.store import FilePersistence, LocalStore
+from webapp.store import LocalStore
 from webapp.transport import NetworkError
 
 T = "2026-11-30T12:00:00.000Z"
@@ -174,8 +175,8 @@ async def test_nothing_redrawn_replaces_the_composer_or_its_text(tmp_path: Path)
 
             return [AssistantInfo("demo", "Demo", "remote", "demo"), AssistantInfo("big", "Big model", "remote", "big")]
 
-    client.s.transport = Listing()  # type: ignore[assignment]
-    await client._refresh_assistants()  # the list of assistants arrives
+    client.choice.transport = Listing()  # type: ignore[assignment]
+    await client.choice.refresh()  # the list of assistants arrives
     client.redraw()  # and sync redraws
     client.redraw(chat_changed=True)  # even the chat drawn anew
     assert "Big model" in page.regions["assistant-choice"]
@@ -363,7 +364,7 @@ async def test_copy_gives_a_message_as_its_markdown(tmp_path: Path) -> None:
 
 def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> None:
     from webapp import ui
-    from webapp.store import Delivery
+    from webapp.outbox import Delivery
 
     reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
                     role="assistant", content="", created_at=T, assistant_id="demo", run_id=None)  # fmt: skip

@@ -19,7 +19,8 @@ from shared.models import UNFINISHED
 from shared.schema import MESSAGES, TABLES, Column, Sql
 from tests.schemas import Schema, differences, read_sqlite, report
 from webapp import search as fulltext
-from webapp.store import FilePersistence, LocalStore
+from webapp.database import FilePersistence
+from webapp.store import LocalStore
 
 # The tables that are the browser's own: no definition but their migrations. Every other table
 # is one of shared.schema's or of the search index.

@@ -9,7 +9,8 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webapp.store import FilePersistence, LocalStore
+from webapp.database import FilePersistence
+from webapp.store import LocalStore
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)

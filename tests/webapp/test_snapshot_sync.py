@@ -25,7 +25,7 @@ from server.config import Settings
 from shared.models import Chat, ChatRef, EventType, Message, MessageRef, StateResponse
 from tests.webapp.devices import Device, T, new_id
 from webapp import sync, ui
-from webapp.store import is_pending
+from webapp.overlay import is_pending
 from webapp.sync import Status
 from webapp.transport import NetworkError
 

@@ -8,7 +8,8 @@ import pytest
 
 from shared.models import Chat, DomainEvent, EventType, Message
 from tests.webapp.devices import T, new_id
-from webapp.store import Checkpoint, LocalStore
+from webapp.database import Checkpoint
+from webapp.store import LocalStore
 
 
 class RecordingPersistence:

@@ -14,7 +14,7 @@ from server.app import create_app
 from server.config import Settings
 from shared.models import Chat, ChatRef, EventType, Message, Snapshot
 from tests.webapp.devices import Device, T, new_id, signup
-from webapp.store import is_pending
+from webapp.overlay import is_pending
 from webapp.sync import Status
 from webapp.transport import NetworkError
 
