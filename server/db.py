@@ -4,7 +4,8 @@ The queries live in the modules that use them (``server/event_store.py`` the rea
 compaction, ``server/append_sql.py`` the write path's, ``server/run_store.py`` the runs', ...); the
 backends only know how to open a transaction on SQLite (``server/sqlite_db.py``: the standard
 library's module, used from the event loop) or PostgreSQL (``server/postgres_db.py``: an asyncpg
-pool), and translate the drivers' errors into ours (``DatabaseError`` and below). SQL is written with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``).
+pool), and translate the drivers' errors into ours (``DatabaseError`` and below). SQL is written
+with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``).
 Nothing crosses this boundary untyped: parameters are ``Param``s, rows tuples of ``Value``s, which
 the callers narrow with ``text``/``integer``/... (a column holding something else is a TypeError).
 """
