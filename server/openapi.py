@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -10,9 +10,9 @@ from pydantic.json_schema import models_json_schema
 from shared.models import (
     Credentials,
     DomainEvent,
+    RunSummary,
     Session,
     StateResponse,
-    Status,
     SubmitResponse,
     UpdatesResponse,
 )
@@ -82,22 +82,6 @@ ASSISTANT = {
 }
 
 
-RUN = {
-    "type": "object",
-    "required": ["runId", "messageId", "assistantId", "status", "error", "promptTokens", "completionTokens", "usageReported"],
-    "properties": {
-        "runId": {"type": "string"},
-        "messageId": {"type": "string"},
-        "assistantId": {"type": "string"},
-        "status": {"type": "string", "enum": list(get_args(Status))},
-        "error": {"type": ["string", "null"]},
-        "promptTokens": {"type": ["integer", "null"]},
-        "completionTokens": {"type": ["integer", "null"]},
-        "usageReported": {"type": "boolean"},
-    },
-}
-
-
 def openapi() -> dict[str, Any]:
     models: list[tuple[type[BaseModel], Any]] = [
         (Credentials, "validation"),
@@ -106,6 +90,7 @@ def openapi() -> dict[str, Any]:
         (SubmitResponse, "serialization"),
         (UpdatesResponse, "serialization"),
         (StateResponse, "serialization"),
+        (RunSummary, "serialization"),
         (Error, "serialization"),
     ]
     _, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}", by_alias=True)
@@ -191,7 +176,7 @@ def openapi() -> dict[str, Any]:
                     "parameters": [
                         {"name": "chatId", "in": "query", "required": True, "schema": {"type": "string", "format": "uuid"}},
                     ],
-                    "responses": _responses(200, {"type": "array", "items": RUN}, [400, 401, 403, 429]),
+                    "responses": _responses(200, {"type": "array", "items": _ref("RunSummary")}, [400, 401, 403, 429]),
                 }
             },
             "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "OK"}}}},

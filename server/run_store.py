@@ -25,7 +25,7 @@ from typing import Protocol
 
 from server.db import Database, integer, optional_integer, optional_text, text
 from shared.assistants import Usage
-from shared.models import UNFINISHED, Message, format_time
+from shared.models import UNFINISHED, Message, RunSummary, format_time
 from shared.schema import MESSAGES
 
 
@@ -54,18 +54,20 @@ class RunRecord:
     usage_reported: bool
     upstream_calls: int  # how often the model was asked (once per run; not shown by GET /runs)
 
-    def wire(self) -> dict[str, str | int | bool | None]:
-        """The run as GET /runs returns it (PROTOCOL.md)."""
-        return {
-            "runId": self.id,
-            "messageId": self.message_id,
-            "assistantId": self.assistant_id,
-            "status": self.status,
-            "error": self.error,
-            "promptTokens": self.prompt_tokens,
-            "completionTokens": self.completion_tokens,
-            "usageReported": self.usage_reported,
-        }
+    def summary(self) -> RunSummary:
+        """The run as GET /runs shows it (PROTOCOL.md)."""
+        return RunSummary.model_validate(  # (validated: the status is one of Status)
+            {
+                "run_id": self.id,
+                "message_id": self.message_id,
+                "assistant_id": self.assistant_id,
+                "status": self.status,
+                "error": self.error,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "usage_reported": self.usage_reported,
+            }
+        )
 
 
 class RunStore(Protocol):

@@ -233,6 +233,19 @@ class SubmitResponse(Wire):
         return {"results": [r.wire() for r in self.results], "currentSeq": self.current_seq}
 
 
+class RunSummary(Wire):
+    """GET /runs: how a server-side run ended, why, and what it cost."""
+
+    run_id: str
+    message_id: str
+    assistant_id: str
+    status: Status
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    usage_reported: bool
+
+
 class UpdatesResponse(Wire):
     events: list[LoggedEvent]
     has_more: bool

@@ -274,7 +274,7 @@ class Client:
                 found = await self.s.transport.runs(chat_id)
             except (NetworkError, ServerError, Unauthorized):
                 return
-            await self.store.set_setting("runs:" + chat_id, json.dumps([r.__dict__ for r in found]))
+            await self.store.set_setting("runs:" + chat_id, json.dumps([r.model_dump() for r in found]))
             if chat_id == self.selected:
                 self.pane.draw()
             if all(r.status in ui.ENDED for r in found):

@@ -23,6 +23,7 @@ from shared.ids import Uuid7Generator
 from shared.models import (
     DomainEvent,
     Frame,
+    RunSummary,
     Session,
     StateResponse,
     SubmitResponse,
@@ -38,7 +39,6 @@ from webapp.transport import (
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
-    RunInfo,
     ServerError,
     Unauthorized,
     close_error,
@@ -121,8 +121,8 @@ class BrowserTransport:
     async def assistants(self) -> list[AssistantInfo]:
         return [AssistantInfo.from_wire(a) for a in await _request("GET", "/assistants")]
 
-    async def runs(self, chat_id: str) -> list[RunInfo]:
-        return [RunInfo.from_wire(r) for r in await _request("GET", f"/runs?chatId={chat_id}")]
+    async def runs(self, chat_id: str) -> list[RunSummary]:
+        return [RunSummary.model_validate(r) for r in await _request("GET", f"/runs?chatId={chat_id}")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from shared.models import Message, RunRequest
+from shared.models import Message, RunRequest, RunSummary
 from shared.thread import Step, shown_path
 from webapp import ui
 from webapp.markdown import StreamRenderer
 from webapp.outbox import Delivery, Rejection
 from webapp.store import LocalStore
-from webapp.transport import RunInfo
 
 WINDOW = 40  # messages drawn when a chat opens; "Show earlier messages" adds as many again
 SLOT = "\x00"  # where a streaming reply's content goes in its item's HTML (no message holds a NUL)
@@ -56,7 +55,7 @@ class MessagePane:
         self._order: list[str] = []
         self._steps: dict[str, Step] = {}
         self.rows: dict[str, Message] = {}  # the messages drawn last, by id
-        self._runs: dict[str, RunInfo] = {}
+        self._runs: dict[str, RunSummary] = {}
         self._delivery: dict[str, Delivery] = {}
         self._dirty: set[str] = set()
         self._frame_asked = False

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.models import UNFINISHED, Chat, LoggedEvent, Message, Snapshot
+from shared.models import UNFINISHED, Chat, LoggedEvent, Message, RunSummary, Snapshot
 from shared.thread import ROOT, Link, children
 from webapp import overlay
 from webapp import search as fulltext
@@ -24,7 +24,6 @@ from webapp.database import Persistence, utc_now
 from webapp.migrations import MIGRATIONS
 from webapp.outbox import Outbox, drop_logged
 from webapp.snapshots import Snapshots
-from webapp.transport import RunInfo
 
 
 @dataclass(frozen=True)
@@ -246,10 +245,10 @@ class LocalStore(Outbox, Snapshots):
                 found[row["id"]] = Message.model_validate(dict(row))
         return found
 
-    def run_infos(self, chat_id: str) -> dict[str, RunInfo]:
+    def run_infos(self, chat_id: str) -> dict[str, RunSummary]:
         """How the server's runs of a chat ended, by reply id, as it last said (kept for offline)."""
         known = json.loads(self.setting("runs:" + chat_id) or "[]")
-        return {r["message_id"]: RunInfo(**r) for r in known}
+        return {r["message_id"]: RunSummary(**r) for r in known}
 
     def confirmed(self) -> Snapshot:
         """The confirmed state (for tests and diagnostics; webapp/overlay.py)."""

@@ -12,6 +12,7 @@ from shared.models import (
     DomainEvent,
     EventFrame,
     PingFrame,
+    RunSummary,
     StateResponse,
     SubmitResponse,
     UpdatesResponse,
@@ -56,34 +57,13 @@ class LiveSocket(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class RunInfo:
-    """GET /runs: how a server-side run ended, why, and what it cost."""
-
-    run_id: str
-    message_id: str
-    assistant_id: str
-    status: str
-    error: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    usage_reported: bool
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> RunInfo:
-        return cls(
-            data["runId"], data["messageId"], data["assistantId"], data["status"], data["error"],
-            data["promptTokens"], data["completionTokens"], data["usageReported"],
-        )
-
-
 class Transport(Protocol):
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse: ...
 
     async def assistants(self) -> list[AssistantInfo]:
         """GET /assistants: the server's assistants."""
 
-    async def runs(self, chat_id: str) -> list[RunInfo]:
+    async def runs(self, chat_id: str) -> list[RunSummary]:
         """GET /runs: the server-side runs of a chat."""
 
     async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:

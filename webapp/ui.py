@@ -13,14 +13,13 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from html import escape
 
-from shared.models import UNFINISHED, Chat, Message
+from shared.models import UNFINISHED, Chat, Message, RunSummary
 from shared.thread import Step
 from webapp import markdown
 from webapp.outbox import Delivery, Rejection
 from webapp.overlay import is_pending
 from webapp.search import Hit
 from webapp.sync import Status
-from webapp.transport import RunInfo
 
 STATUS_TEXT = {
     Status.CONNECTING: "Connecting…",
@@ -289,7 +288,7 @@ class Item:
     step: Step | None = None  # None: not on the tree (a rejected change)
     content_html: str | None = None  # its content's HTML, when the caller has it (a stream's)
     delivery: Delivery | None = None
-    run: RunInfo | None = None
+    run: RunSummary | None = None
     rejection: Rejection | None = None  # the server refused it (then it is not in the tables)
 
 
@@ -402,7 +401,7 @@ def _branches(step: Step | None) -> str:
     )
 
 
-def _usage(info: RunInfo | None) -> str:
+def _usage(info: RunSummary | None) -> str:
     if info is None or info.completion_tokens is None:
         return ""
     if info.usage_reported:

@@ -26,6 +26,6 @@ def create_blueprint(parts: Parts, assistants: dict[str, Assistant]) -> Blueprin
         chat_id = chat_arg()
         if chat_id is None:
             raise ApiError(400, "bad_request", "chatId is required.")
-        return json_response([run.wire() for run in await parts.runs.run_store.chat_runs(session.account_id, chat_id)])
+        return json_response([run.summary().wire() for run in await parts.runs.run_store.chat_runs(session.account_id, chat_id)])
 
     return routes

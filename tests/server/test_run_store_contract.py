@@ -177,7 +177,7 @@ async def test_finish_records_the_usage_or_the_error_and_ends_the_lease(backend:
     await b.runs.finish(done, "p", "completed", usage=Usage(7, 600), reported=True, error=None, now=b.clock.now)
     await b.runs.finish(failed, "p", "failed_upstream", usage=Usage(0, 3), reported=False, error="HTTP 502", now=b.clock.now)
     await b.runs.finish(stopped, "p", "cancelled", usage=None, reported=False, error="stopped before it started", now=b.clock.now)
-    assert [(await b.record(r)).wire() for r in (done, failed, stopped)] == [
+    assert [(await b.record(r)).summary().wire() for r in (done, failed, stopped)] == [
         {"runId": done.id, "messageId": done.message_id, "assistantId": "fake", "status": "completed",
          "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True},
         {"runId": failed.id, "messageId": failed.message_id, "assistantId": "fake", "status": "failed_upstream",

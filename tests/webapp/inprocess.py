@@ -28,6 +28,7 @@ from quart.typing import TestClientProtocol as Client
 from shared.models import (
     DomainEvent,
     Frame,
+    RunSummary,
     StateResponse,
     SubmitResponse,
     UpdatesResponse,
@@ -37,7 +38,6 @@ from webapp.transport import (
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
-    RunInfo,
     ServerError,
     Unauthorized,
     close_error,
@@ -176,8 +176,8 @@ class InProcessTransport:
     async def assistants(self) -> list[AssistantInfo]:
         return [AssistantInfo.from_wire(a) for a in await self._call("GET", "/assistants")]
 
-    async def runs(self, chat_id: str) -> list[RunInfo]:
-        return [RunInfo.from_wire(r) for r in await self._call("GET", f"/runs?chatId={chat_id}")]
+    async def runs(self, chat_id: str) -> list[RunSummary]:
+        return [RunSummary.model_validate(r) for r in await self._call("GET", f"/runs?chatId={chat_id}")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._call("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
