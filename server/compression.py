@@ -3,7 +3,7 @@
 - ``negotiate``: which of the encodings we have the client prefers (RFC 9110 §12.5.3: q-values,
   ``*``, ``identity``; no header, or nothing acceptable, is the plain body).
 - ``StaticFiles``: a file with the variants it can be sent in. A big file is sent compressed only
-  from the ``.br``/``.gz`` beside it that set-up made (scripts/precompress.py; a variant older than
+  from the ``.br``/``.gz`` beside it that set-up made (``scripts/slim_assets.py compress``; a variant older than
   its file is stale and ignored), never compressed per request. A small file without them (the
   shell, tracked in git and edited, so never precompressed: a copy on disk would go stale) is
   compressed once per content and kept in memory. Each variant has its own ETag (the plain file's

@@ -17,7 +17,7 @@ from shared.models import (
     UpdatesResponse,
 )
 
-# Page sizes of /sync/updates and /sync/state (server/app.py). A snapshot's pages may be larger: a
+# Page sizes of /sync/updates and /sync/state (server/routes/sync.py). A snapshot's pages may be larger: a
 # client storing each page durably writes an index page once per page, so fewer, larger pages
 # store about half the bytes (webapp/sync.py).
 DEFAULT_LIMIT, MAX_LIMIT = 500, 1000

@@ -53,7 +53,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 class PostgresDatabase:
     """An asyncpg pool. Writers lock their account's log head row until commit (see
-    ``SqlEventStore._lock_head``), so appends to one account serialize and commit in seq order;
+    ``server/append_sql.py``'s ``lock_heads``), so appends to one account serialize and commit in seq order;
     readers use a consistent snapshot (REPEATABLE READ, read only)."""
 
     dialect: Dialect = "postgres"

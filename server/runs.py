@@ -12,7 +12,7 @@ is listening. Checkpoints are spaced so that the answer's log bytes stay within
 (about 1.5 KB: from some 160 words on) (``CheckpointPlan``): each comes once the text has grown
 past everything the answer logged so far, so about each time it has doubled, and at most one
 per ``checkpoint_seconds`` (the setting ``run_checkpoint_seconds``: a second). A Stop
-(``AssistantRunCancelled``) makes the reply ``cancelled`` for good (server/store.py): the worker
+(``AssistantRunCancelled``) makes the reply ``cancelled`` for good (server/validation.py): the worker
 reads the reply's status once per ``checkpoint_seconds`` when no checkpoint is due (a refused
 checkpoint says the same) and stops reading. A run whose lease ran out (its process died) is
 failed, with what it had written: taking it up again would pay the model a second time. It
@@ -49,7 +49,7 @@ STOPPED = "the server was shut down while writing this answer"
 
 # The log bytes of one answer (every event of its run, as /sync/updates returns them) stay within
 # this many times the UTF-8 bytes of its final text, once that text is long enough to pay for the
-# events every answer has (its request, the start and the end: about 1.3 KB).
+# events every answer has (its request, the start and the end: about 1.5 KB).
 CHECKPOINT_RATIO = 3.0
 # What a stored event may have beyond the estimate of logged_size (the server's updatedAt, lastSeq).
 EVENT_MARGIN = 64

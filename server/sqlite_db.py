@@ -26,7 +26,7 @@ WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 class _SqliteTx:
     """Statements run at once on the caller's thread, the event loop's. A statement of ours here
-    takes microseconds (point reads and writes by key, pages of at most a thousand rows); handing
+    is a point read or write by key, or one page of the log or the state; handing
     each to a worker thread cost ten times that in thread switches and, while the loop was busy,
     up to a GIL switch interval (5 ms) before the loop took the result back."""
 

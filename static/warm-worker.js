@@ -1,4 +1,4 @@
-// Makes what the next start of Python begins from (static/app.js: startPython), off the page's
+// Makes what the next start of Python begins from (static/python-start.js: startPython), off the page's
 // thread, once the page is interactive, and keeps it in Cache Storage; each task in a worker of its
 // own, a Pyodide of its own:
 // - "snapshot": Pyodide started with nothing of ours, the standard library modules we use

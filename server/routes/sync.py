@@ -24,8 +24,9 @@ def create_blueprint(parts: Parts) -> Blueprint:
     store, settings = parts.store, parts.settings
 
     def batch_of(raw_events: list[object]) -> list[DomainEvent | Rejected]:
-        """The events to append; one that is not valid (or over the content limit) is logged as
-        rejected, with the reason, under its eventId (none: the whole request is refused)."""
+        """The events to append; one that is not valid (or over the content limit) is answered as
+        rejected, with the reason, under its eventId, and leaves no trace (no eventId: the whole
+        request is refused)."""
         batch: list[DomainEvent | Rejected] = []
         for index, raw in enumerate(raw_events):
             event_id = raw.get("eventId") if isinstance(raw, dict) else None

@@ -41,7 +41,7 @@ async def test_backlog_then_caught_up_then_live(client: Client) -> None:
 
 
 async def test_an_append_by_any_writer_reaches_the_live_sockets_through_the_stores_hook(app: Quart, client: Client) -> None:
-    """Not only the route's: what the run worker or an import appends wakes the sockets too."""
+    """Not only the route's: what the run worker (any writer in the process) appends wakes the sockets too."""
     session = await signup(client)
     async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
         assert await receive(ws) == {"type": "caughtUp", "seq": 0}
