@@ -15,6 +15,7 @@ from server.live import Hub, SharedReads, follow
 from server.store import Updates
 from shared.models import LoggedEvent
 from tests.server.events import chat_created, new_id
+from tests.waiting import until
 
 PAGE = 3  # the log's own page limit, so that backlogs come in several pages
 
@@ -64,12 +65,6 @@ class Socket:
 
     async def close(self, code: int, reason: str) -> None:
         self.closed.append(code)
-
-
-async def until(condition: Any, timeout: float = 5) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.001)
 
 
 async def test_a_commit_is_read_once_for_all_the_sockets_of_its_account() -> None:

@@ -13,6 +13,7 @@ from quart import Quart
 from server.app import create_app
 from server.config import Settings
 from shared.models import Chat, ChatRef, EventType, Message, Snapshot
+from tests.waiting import until
 from tests.webapp.devices import Device, T, new_id, signup
 from webapp.overlay import is_pending
 from webapp.sync import Status
@@ -35,14 +36,6 @@ async def server_state(device: Device) -> Snapshot:
         messages += more.snapshot.messages
         page = more.next_page
     return Snapshot(chats=sorted(chats, key=lambda c: c.id), messages=sorted(messages, key=lambda m: m.id))
-
-
-async def until(predicate: Any, why: Any = "") -> None:
-    for _ in range(250):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out: {why() if callable(why) else why}")
 
 
 def shown(device: Device) -> list[tuple[str, bool]]:
