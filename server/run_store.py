@@ -13,8 +13,10 @@ Guarantees every backend keeps (tests/server/test_run_store_contract.py runs the
   claimers never get the same run: SQLite's writes are serialized; on PostgreSQL the candidate
   row is locked ``FOR UPDATE SKIP LOCKED``, so a claimer passes over a run another is taking.
 * A lease is held by an owner (one per server process) until a time. ``renew`` and ``finish``
-  change a run only while its owner holds it; ``expire`` fails, once, every streaming run whose
-  lease ran out (its process died), and the lease is then nobody's.
+  change a run only while its owner holds it. ``take_over`` leases every streaming run whose
+  lease ran out (its process died) to one caller, which ends it (its reply, then ``finish``): a
+  caller that dies before it has ended it lets that lease run out in turn, and another process
+  takes the run over, so no run is left streaming for good.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from shared.schema import MESSAGES
 
 @dataclass(frozen=True)
 class Run:
-    """A run taken up (claimed, or found expired): what answering it needs."""
+    """A run taken up (claimed, or taken over from a process that died): what answering or
+    ending it needs."""
 
     account_id: str
     id: str
@@ -75,9 +78,9 @@ class RunStore(Protocol):
         """Start the next run that may start (``streaming``, leased to ``owner`` until
         ``lease_until``, its model asked once more), or None when none may."""
 
-    async def expire(self, now: datetime, error: str) -> list[Run]:
-        """Fail (``failed_upstream``, with ``error``) every streaming run whose lease ran out
-        before ``now``; each is returned to one caller only."""
+    async def take_over(self, owner: str, now: datetime, lease_until: datetime) -> list[Run]:
+        """Lease to ``owner``, until ``lease_until``, every streaming run whose lease ran out
+        before ``now``, for ``owner`` to end; each is returned to one caller only."""
 
     async def renew(self, run: Run, owner: str, lease_until: datetime) -> bool:
         """Extend ``owner``'s lease of the run; False when it is not ``owner``'s (any more)."""
@@ -124,14 +127,15 @@ class SqlRunStore:
             )
         return None if row is None else Run(*(text(v) for v in row))
 
-    async def expire(self, now: datetime, error: str) -> list[Run]:
+    async def take_over(self, owner: str, now: datetime, lease_until: datetime) -> list[Run]:
+        # (On PostgreSQL a concurrent caller waits for the row, then sees the new lease: not its.)
         async with self._db.transaction(write=True) as tx:
             rows = await tx.fetchall(
-                f"""UPDATE runs SET status = 'failed_upstream', error = ?, finished_at = ?, lease_owner = NULL
+                f"""UPDATE runs SET lease_owner = ?, lease_until = ?
                 WHERE status = 'streaming' AND lease_until < ?
                 RETURNING {_RUN}""",
-                error,
-                format_time(now),
+                owner,
+                format_time(lease_until),
                 format_time(now),
             )
         return [Run(*(text(v) for v in row)) for row in rows]

@@ -15,7 +15,8 @@ per ``checkpoint_seconds`` (the setting ``run_checkpoint_seconds``: a second). A
 (``AssistantRunCancelled``) makes the reply ``cancelled`` for good (server/validation.py): the worker
 reads the reply's status once per ``checkpoint_seconds`` when no checkpoint is due (a refused
 checkpoint says the same) and stops reading. A run whose lease ran out (its process died) is
-failed, with what it had written: taking it up again would pay the model a second time. It
+taken over by a process that fails it, with what it had written (taking it up again would pay
+the model a second time), and that process's own lease covers the ending itself. It
 keeps the text another process of one PostgreSQL saw streamed, if that process ends it;
 otherwise what was streamed after the last checkpoint is lost (all of it before the first
 checkpoint, at about 2.3 KB; then up to about half of the text).
@@ -153,9 +154,9 @@ class RunWorker:
             await asyncio.gather(*self._running, return_exceptions=True)
 
     async def step(self) -> None:
-        """Fail the runs whose process died; start what may start."""
-        for expired in await self.run_store.expire(self._clock(), INTERRUPTED):
-            await self._end_message(expired, "failed_upstream")
+        """End the runs whose process died; start what may start."""
+        for dead in await self.run_store.take_over(self._owner, self._clock(), self._lease_until()):
+            await self._end_dead_run(dead)
         while len(self._running) < MAX_RUNS_PER_PROCESS:
             run = await self.run_store.claim(self._owner, self._lease_until())
             if run is None:
@@ -230,15 +231,19 @@ class RunWorker:
             last=time.monotonic(),
         )
 
-    async def _end_message(self, run: Run, status: str) -> None:
-        """A run that ended without its worker (its process died): the reply keeps what it has,
-        or what this process saw streamed when that is more (another process of one PostgreSQL,
-        which got every delta: then nothing that was streamed is lost)."""
+    async def _end_dead_run(self, run: Run) -> None:
+        """A run whose process died, taken over to end it: the reply keeps what it has, or what
+        this process saw streamed when that is more (another process of one PostgreSQL, which got
+        every delta: then nothing that was streamed is lost), and ends ``failed_upstream``; the run
+        ends as its reply did (a process that died after the reply's end, before the run's, had
+        ended it). Should this process die first too, the lease runs out again and another ends it."""
         reply = next((m for m in await self.run_store.chat_messages(run.account_id, run.chat_id) if m.id == run.message_id), None)
+        status = "failed_upstream" if reply is None else reply.status
         if reply is not None and reply.status in UNFINISHED:
             seen = self._streamed(run.account_id, reply.id) or ""
             content = seen if len(seen) > len(reply.content) and seen.startswith(reply.content) else reply.content
-            await self._edit(reply, status, content, run.account_id)
+            status = "failed_upstream" if await self._edit(reply, "failed_upstream", content, run.account_id) else "cancelled"
+        await self._finish(run, status, None, False, INTERRUPTED if status == "failed_upstream" else None)
         await self._ended_stream(run)
 
     async def _execute(self, run: Run) -> None:

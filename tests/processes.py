@@ -67,6 +67,11 @@ class Server:
                 time.sleep(0.1)
         raise RuntimeError(f"the server did not start: {self.log.read_text()[-2000:]}")
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of what the server logged, but for its request lines (for a failure's message)."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join([line for line in text.splitlines() if not line.startswith('{"at"')][-lines:])
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

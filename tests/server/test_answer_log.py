@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -297,13 +298,15 @@ async def test_a_run_whose_process_died_keeps_what_another_process_saw_streamed(
                 assert streamer.process is not None
                 streamer.process.kill()  # SIGKILL, before any checkpoint
                 streamer.process.wait()
-            for _ in range(200):
+            deadline = time.monotonic() + 30  # (the lease runs out 2 s after the kill; the other looks every 0.5 s)
+            while True:
                 state = (await http.get(f"/sync/state?chatId={chat}", headers=headers)).json()
                 ended = next(m for m in state["snapshot"]["messages"] if m["id"] == reply_id)
-                if ended["status"] != "streaming":
+                if ended["status"] != "streaming" or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
-        assert ended["status"] == "failed_upstream" and ended["content"].startswith(seen)
+        assert ended["status"] == "failed_upstream", f"still {ended['status']}; the other process logged:\n{other.log_tail()}"
+        assert ended["content"].startswith(seen)
         assert upstream.text is not None and upstream.text.startswith(ended["content"])
         assert upstream.calls == 1
     finally:

@@ -144,27 +144,34 @@ async def test_a_claim_passes_over_a_run_another_postgresql_transaction_has_lock
         await cleanup()
 
 
-async def test_a_lease_is_renewed_by_its_owner_and_an_expired_one_fails_the_run_once(backend: Backend) -> None:
+async def test_a_lease_is_renewed_by_its_owner_and_an_expired_one_is_taken_over_once(backend: Backend) -> None:
     b = backend
     run = await b.a_run()
     assert await b.runs.claim("p", b.later()) == run
-    assert await b.runs.expire(b.later(LEASE / 2), INTERRUPTED) == []
+    assert await b.runs.take_over("q", b.later(LEASE / 2), b.later(2 * LEASE)) == []
     assert await b.runs.renew(run, "p", b.later(2 * LEASE))
     assert not await b.runs.renew(run, "q", b.later(3 * LEASE))  # not q's lease
-    assert await b.runs.expire(b.later(LEASE + timedelta(seconds=1)), INTERRUPTED) == []  # renewed past it
-    # The owner stops renewing (its process died): past the lease, the run is failed, once.
+    assert await b.runs.take_over("q", b.later(LEASE + timedelta(seconds=1)), b.later(3 * LEASE)) == []  # renewed past it
+    # The owner stops renewing (its process died): past the lease, one of the others takes the
+    # run over, to end it; the run is still streaming until it does.
     past = b.later(2 * LEASE + timedelta(seconds=1))
-    expired = await asyncio.gather(*(b.runs.expire(past, INTERRUPTED) for _ in range(3)))
-    assert sorted(map(len, expired)) == [0, 0, 1] and [run] in expired
+    taken = await asyncio.gather(*(b.runs.take_over(owner, past, b.later(3 * LEASE)) for owner in "qrs"))
+    assert sorted(map(len, taken)) == [0, 0, 1] and [run] in taken
+    taker = "qrs"[taken.index([run])]
+    assert (await b.record(run)).status == "streaming"
+    # The lease is the taker's now: the old owner can neither renew it nor end the run its way.
+    assert not await b.runs.renew(run, "p", b.later(4 * LEASE))
+    await finish(b, run, "p")
+    assert (await b.record(run)).status == "streaming"
+    # Should the taker die too before it has ended the run, its lease runs out in turn.
+    assert await b.runs.take_over("t", b.later(3 * LEASE + timedelta(seconds=1)), b.later(5 * LEASE)) == [run]
+    assert not await b.runs.renew(run, taker, b.later(6 * LEASE))
+    await b.runs.finish(run, "t", "failed_upstream", usage=None, reported=False, error=INTERRUPTED, now=b.clock.now)
     assert await b.record(run) == RunRecord(
         id=run.id, message_id=run.message_id, assistant_id="fake", status="failed_upstream", error=INTERRUPTED,
         prompt_tokens=None, completion_tokens=None, usage_reported=False, upstream_calls=1,
     )  # fmt: skip
-    # The lease is nobody's now: the old owner can neither renew it nor end the run its way.
-    assert not await b.runs.renew(run, "p", b.later(3 * LEASE))
-    await finish(b, run, "p")
-    assert (await b.record(run)).status == "failed_upstream"
-    assert await b.runs.expire(b.later(10 * LEASE), INTERRUPTED) == []
+    assert await b.runs.take_over("u", b.later(10 * LEASE), b.later(11 * LEASE)) == []  # an ended run has no lease
     assert await b.runs.claim("p", b.later()) is None  # a failed run is never taken up again
 
 
@@ -187,7 +194,7 @@ async def test_finish_records_the_usage_or_the_error_and_ends_the_lease(backend:
     ]  # fmt: skip
     for run in (done, failed, stopped):
         assert not await b.runs.renew(run, "p", b.later())
-    assert await b.runs.expire(b.later(10 * LEASE), INTERRUPTED) == []  # an ended run has no lease to run out
+    assert await b.runs.take_over("q", b.later(10 * LEASE), b.later(11 * LEASE)) == []  # an ended run has no lease to run out
 
 
 async def test_a_chats_runs_are_its_own_in_the_order_requested(backend: Backend) -> None:

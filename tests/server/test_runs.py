@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +20,13 @@ from quart.typing import TestWebsocketConnectionProtocol as Websocket
 
 from server.app import create_app
 from server.config import Settings
+from server.run_store import SqlRunStore
+from server.runs import INTERRUPTED, RunWorker
+from shared.models import DeltaFrame, DomainEvent, EventType, format_time
 from tests.fake_upstream import FakeUpstream, full_answer
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, message, new_id
+from tests.server.stores import Clock, open_store
 
 
 def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) -> Settings:
@@ -341,3 +347,42 @@ async def test_a_run_stopped_before_it_started_logs_its_reply_whole(database_url
         assert row["error"] == "stopped before it started" and row["calls"] == 1 and upstream.calls == 1
         whole = [e for e in await log_of(client, session, stop["seq"]) if e["type"] == "MessageEdited" and e["payload"]["id"] == waiting["messageId"]]
         assert whole and whole[-1]["payload"]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_dead_processs_run_is_ended_even_when_the_process_that_took_it_over_died_too(backend: str, tmp_path: Path) -> None:
+    """The process streaming a reply dies; another takes the run over to end it, and dies before
+    it has; a third ends it, with the text of the last checkpoint. (The worker's steps, driven
+    by hand on a settable clock.)"""
+    clock = Clock()
+    store, cleanup = await open_store(backend, tmp_path, clock)
+    try:
+        runs, lease = SqlRunStore(store.db), timedelta(seconds=30)
+        account, chat, question, reply_id, run_id = new_id(), new_id(), new_id(), new_id(), new_id()
+        request = {"runId": run_id, "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
+        asked = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+        await store.append(account, "dev", [DomainEvent.model_validate(e) for e in asked])
+        run = await runs.claim("streamer", clock.now + lease)
+        assert run is not None
+        [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
+        checkpoint = reply.model_copy(update={"status": "streaming", "content": "Half an ans", "updated_at": None, "last_seq": None})
+        await store.append(account, "server", [DomainEvent(event_id=new_id(), type=EventType.MESSAGE_EDITED, payload=checkpoint, created_at=format_time(clock.now))])
+        clock.now += 2 * lease  # the streamer died
+        assert await runs.take_over("taker", clock.now, clock.now + lease) == [run]  # ...and so did the one that took it over
+
+        async def publish(account_id: str, frame: DeltaFrame) -> None:
+            raise AssertionError("nothing is streamed")
+
+        worker = RunWorker(store, runs, {}, publish, clock, lease_seconds=lease.total_seconds())
+        await worker.step()
+        assert [m.status for m in await runs.chat_messages(account, chat) if m.id == reply_id] == ["streaming"]  # the taker's lease holds
+        clock.now += 2 * lease
+        await worker.step()
+        [ended] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
+        assert (ended.status, ended.content) == ("failed_upstream", "Half an ans")
+        [record] = await runs.chat_runs(account, chat)
+        assert (record.status, record.error, record.upstream_calls) == ("failed_upstream", INTERRUPTED, 1)
+        await worker.step()  # ended once
+        assert len([e for e in (await store.read_updates(account, 0, 100)).events if e.type == EventType.MESSAGE_EDITED]) == 2
+    finally:
+        await cleanup()
