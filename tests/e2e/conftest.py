@@ -39,3 +39,28 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args: dict[str, Any], server: Server) -> dict[str, Any]:
     return {**browser_context_args, "base_url": server.url}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_failed] = report.failed
+    return report
+
+
+_failed = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> Iterator[None]:
+    """A failed test's report ends with what the server did meanwhile (its requests but for the
+    app's files, their statuses, any traceback): whether a page's request reached it, and how it
+    was answered."""
+    start = server.log.stat().st_size if server.log.exists() else 0
+    yield
+    if request.node.stash.get(_failed, False):
+        files = ('"path": "/static/', '"path": "/py/', '"path": "/sw.js"', '"path": "/favicon')
+        lines = server.log.read_bytes()[start:].decode(errors="replace").splitlines()
+        logged = [line for line in lines if not any(f in line for f in files)]
+        print("The server logged during this test (its last 150 lines):", *logged[-150:], sep="\n")
