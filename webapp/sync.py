@@ -219,6 +219,10 @@ class SyncEngine:
                         resumed, ahead = False, None
                 if page.next_page is not None:
                     ahead = asyncio.ensure_future(self.transport.state(page.up_to_seq, page.next_page, self._state_page))
+                    # Its request goes out now, before this page is stored: storing a page does
+                    # not yield, and a task runs only when this one yields (asked for and left
+                    # waiting, the next page was asked for only once this one was stored).
+                    await asyncio.sleep(0)
                 progress = await self.store.apply_snapshot_page(page, first=progress is None)
                 if progress is not None:
                     self._progress((progress.done, progress.total))

@@ -346,6 +346,27 @@ async def test_the_progress_is_shown_while_a_snapshot_downloads(app: Quart, tmp_
     assert device.engine.progress is None
 
 
+async def test_the_next_page_is_asked_for_before_a_page_is_stored(app: Quart, tmp_path: Path) -> None:
+    """The server and the network work on the next page while this one is stored."""
+    token, writer = await written(app, tmp_path, chats=2, messages=5)
+    device = Device(app, token, tmp_path / "new.db")
+    order: list[str] = []
+    real_state, real_apply = device.transport.state, device.store.apply_snapshot_page
+
+    async def state(up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        order.append(f"ask {sum(o.startswith('ask') for o in order) + 1}")
+        return await real_state(up_to_seq, page, limit)
+
+    async def apply(page: StateResponse, first: bool) -> Any:
+        order.append(f"store {sum(o.startswith('store') for o in order) + 1}")
+        return await real_apply(page, first)
+
+    device.transport.state = state  # type: ignore[method-assign]
+    device.store.apply_snapshot_page = apply  # type: ignore[method-assign]
+    await device.engine.pull()
+    assert order == ["ask 1", "ask 2", "store 1", "ask 3", "store 2", "ask 4", "store 3", "store 4"]
+
+
 async def test_the_screen_is_drawn_after_a_snapshots_first_page_then_now_and_then_and_at_its_end(
     app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
