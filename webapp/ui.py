@@ -133,6 +133,11 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
     <div class="thread">
       <button type="button" class="earlier" id="earlier" data-action="show-earlier" hidden>Show earlier messages</button>
       <ol class="messages" id="messages" aria-label="Messages"></ol>
+      <div class="start">
+        <p class="start-title">What’s on your mind?</p>
+        <p>What you write is kept on this device first: it works offline, and is sent as soon as the
+        server can be reached. Choose who answers beside Send.</p>
+      </div>
     </div>
   </div>
   <div class="below">

@@ -33,8 +33,11 @@ def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server
     send(page, "What is the tallest mountain on Earth, and how tall is it exactly?\nSecond line")
     expect(page.get_by_role("heading", level=2)).to_have_text("What is the tallest mountain on Earth, and how…")
     new_chat(page)
+    start = page.get_by_text("What’s on your mind?")  # a chat with no message yet says how to begin
+    expect(start).to_be_visible()
     send(page, "Second topic")
     expect(page.get_by_role("heading", level=2)).to_have_text("Second topic")
+    expect(start).to_be_hidden()
     assert chat_titles(page) == ["Second topic", "What is the tallest mountain on Earth, and how…"]
 
     chat_list(page).get_by_role("button", name=re.compile("tallest mountain")).click()
