@@ -182,9 +182,8 @@ class Client:
             if account is not None:
                 kept = f"Signed out. The chats of {account.username} are still on this device: sign in to get back to them."
             self.view.remember(None, "")
-            self.view.set_html("root", ui.auth_form(note=kept))
+            self._show_sign_in_page(ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
-            self._layout = False
             return
         device = self.choice.device_model() or {}
         layout = ui.layout(account.username, device.get("url", ""), device.get("model", ""))
@@ -317,6 +316,12 @@ class Client:
         account = self.store.account()
         self._show_auth(ui.session_ended(account.username) if account and not self.store.signed_out() else ui.auth_form())
 
+    def _show_sign_in_page(self, html: str) -> None:
+        """The page is a sign-in form (no chats on screen), and the status says so: nothing syncs."""
+        self.view.set_html("root", html)
+        self.view.set_status("none", ui.NOT_SIGNED_IN)
+        self._layout = False
+
     def _show_auth(self, html: str) -> None:
         """A sign-in or its question: beside the chats when they are on screen, else the page."""
         self.view.set_html("session" if self._layout else "root", html)
@@ -365,10 +370,10 @@ class Client:
             await self.store.forget_account()
         else:
             await self.store.mark_signed_out()
-        self.selected, self.editing, self._layout = None, None, False
+        self.selected, self.editing = None, None
         account = self.store.account()
         kept = f"The chats of {account.username} are still on this device." if account else "The copy on this device was removed."
-        self.view.set_html("root", ui.auth_form(note=f"Signed out. {kept}" + (f" {note}" if note else "")))
+        self._show_sign_in_page(ui.auth_form(note=f"Signed out. {kept}" + (f" {note}" if note else "")))
 
     async def _on_select_chat(self, data: dict[str, Any]) -> None:
         self.selected, self.editing = str(data["id"]), None

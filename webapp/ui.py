@@ -29,6 +29,9 @@ STATUS_TEXT = {
 }
 
 
+NOT_SIGNED_IN = "Not signed in"
+
+
 def status_text(status: Status, progress: tuple[int, int | None] | None = None) -> str:
     """The connection state in words; while a snapshot downloads, how far it is."""
     if progress is None:

@@ -124,7 +124,7 @@ class FakePage:
         self.composer.text, self.composer.typed = text, True
 
     def set_status(self, status: str, text: str) -> None:
-        self.status = status
+        self.status, self.status_text = status, text
 
     def focus(self, selector: str) -> None:
         self.focused = selector

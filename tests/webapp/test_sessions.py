@@ -67,8 +67,11 @@ async def test_sign_out_ends_the_session_and_keeps_or_removes_this_devices_copy(
     await client.dispatch("signout", {})
     await client.dispatch("confirm-signout", {})  # kept
     assert auth.signouts == 1 and "The chats of ann are still on this device." in page.regions["root"]
+    assert (page.status, page.status_text) == ("none", "Not signed in")  # (not "Online": nothing syncs)
+    page.status = page.status_text = ""
     client.start()  # (a reload): the sign-in form, not the chats
     assert 'data-action="signin"' in page.regions["root"] and "first words" not in page.messages
+    assert (page.status, page.status_text) == ("none", "Not signed in")
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     assert len(client.store.chats()) == 2 and client.store.pending_count() == 4
 
