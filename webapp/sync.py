@@ -153,14 +153,19 @@ class SyncEngine:
                 continue  # the connection loop pushes when it gets through
             try:
                 await self.push()
-            except (NetworkError, ServerError):
-                # A push that fails means the live socket is no proof of a connection (it can
-                # stay open while nothing gets through): drop it and let the loop reconnect.
-                self._set_status(Status.OFFLINE)
-                if self._socket is not None:
-                    await self._socket.close()
             except Unauthorized:
                 self._set_status(Status.SIGNED_OUT)
+            except Exception as e:
+                # A push that fails means the live socket is no proof of a connection (it can
+                # stay open while nothing gets through): drop it and let the loop reconnect,
+                # which pushes again. So does a bug of ours (logged): this loop must go on, or
+                # nothing written would be sent until the connection next broke.
+                if isinstance(e, (NetworkError, ServerError)):
+                    self._set_status(Status.OFFLINE)
+                else:
+                    log.exception("push failed; trying again")
+                if self._socket is not None:
+                    await self._socket.close()
 
     async def pull(self) -> None:
         """Fetch every event after the cursor: through a snapshot when far behind (above), and

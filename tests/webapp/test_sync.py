@@ -212,6 +212,37 @@ async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_o
             await socket.close()
 
 
+async def test_an_unexpected_error_in_a_push_does_not_stop_the_pushes(app: Quart, tmp_path: Path) -> None:
+    """The live socket stays up while pushes fail for a reason of ours: the next change is sent
+    all the same, and the one that failed with it."""
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    submit, failures = a.transport.submit, [RuntimeError("a bug of ours")]
+
+    async def failing_once(events: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await submit(events)
+
+    a.engine._min_backoff = 0.01
+    run = asyncio.ensure_future(a.engine.run())
+    try:
+        await until(lambda: a.engine.status is Status.ONLINE, lambda: a.engine.status)
+        a.transport.submit = failing_once  # type: ignore[method-assign]
+        chat = await a.new_chat()
+        await a.say(chat, "when the push failed")
+        a.engine.kick()
+        await until(lambda: not failures, "the push was tried")
+        await a.say(chat, "after it")
+        a.engine.kick()
+        await until(lambda: shown(a) == [("when the push failed", False), ("after it", False)], lambda: shown(a))
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        for socket in a.transport.sockets:
+            await socket.close()
+
+
 async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, tmp_path: Path) -> None:
     token = await signup(app)
     a = Device(app, token, tmp_path / "a.db")
