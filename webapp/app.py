@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, RunInput
@@ -110,6 +111,8 @@ class Services:
     python_tool: Callable[[str], Awaitable[str]] | None = None
     # Runs a callback before the next paint (in the browser: requestAnimationFrame).
     schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
+    # This device's time with its UTC offset (in the browser, the page's: Pyodide's clock is UTC).
+    local_now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ class Client:
         self.pane = MessagePane(self.store, self.view, services.schedule_frame)
         self.chats = Chats(self.store, self.view, ChatsHost(
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
-            kick=self.engine.kick, now=services.now,
+            kick=self.engine.kick, now=services.now, local_now=services.local_now,
         ))  # fmt: skip
         self.choice = AssistantChoice(self.store, self.view, services.transport, services.python_tool, services.device_model)
         self.selected: str | None = None
@@ -224,12 +227,13 @@ class Client:
     def redraw(self, chat_changed: bool = False) -> None:
         """Draw what the database holds now: the chat list, and the open chat (opened anew when it
         changed: its title, the composer's chat and draft, its messages from the latest)."""
-        chats = self.store.chats()
+        listed = self.store.listed()
+        chats = [chat for chat, _ in listed]
         if all(c.id != self.selected for c in chats):  # none chosen yet, or it was deleted
             first = chats[0].id if chats else None
             chat_changed = chat_changed or first != self.selected
             self.selected = first
-        self.chats.draw_list(chats)
+        self.chats.draw_list(listed)
         if chat_changed:
             self._open_chat(next((c for c in chats if c.id == self.selected), None))
         else:

@@ -10,7 +10,7 @@ import json
 import os
 import time
 from collections.abc import AsyncGenerator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import js  # type: ignore[import-not-found]
@@ -269,6 +269,11 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
+def _local_now() -> datetime:
+    """The page's time, in its time zone's offset now (Python's own clock here is UTC)."""
+    return datetime.now(timezone(timedelta(minutes=-int(js.Date.new().getTimezoneOffset()))))
+
+
 async def main() -> Client:
     """Open the local database and start the client; called by static/app.js."""
     js.performance.mark("chat:imported")
@@ -285,6 +290,7 @@ async def main() -> Client:
             transport=BrowserTransport(),
             new_id=new_id,
             now=_now,
+            local_now=_local_now,
             device_model=FetchModel,
             python_tool=_run_python,
             schedule_frame=_next_frame,

@@ -5,9 +5,11 @@ method for; the Client asks it to draw the list and the header.
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -22,6 +24,36 @@ DEFAULT_TITLE = "New chat"
 _DEFAULT = re.compile(r"New chat|Chat \d+")  # (the second: what earlier versions named a chat)
 TITLE_LENGTH = 48
 _MARKUP = re.compile(r"^[\s#>*\-+`|]+|[*_`~]+")  # Markdown that says nothing in a title
+
+
+def day_groups(listed: list[tuple[Chat, str]], now: datetime) -> list[tuple[str, list[Chat]]]:
+    """The chat list's groups, as chat apps have them: Today, Yesterday, Previous 7 days,
+    Previous 30 days, then each month ("October", or "October 2025" before this year), by the
+    day of a chat's latest activity (``listed``, newest first, as ``LocalStore.listed`` gives
+    it) on the calendar of ``now`` (this device's time, with its UTC offset)."""
+    today = now.date()
+    groups: list[tuple[str, list[Chat]]] = []
+    for chat, active in listed:
+        try:
+            day = datetime.fromisoformat(active).astimezone(now.tzinfo).date()
+        except ValueError:  # (not a time: it stays with the chats before it)
+            day = today
+        days = (today - day).days
+        if days <= 0:  # (or ahead of this device's clock)
+            label = "Today"
+        elif days == 1:
+            label = "Yesterday"
+        elif days < 7:
+            label = "Previous 7 days"
+        elif days < 30:
+            label = "Previous 30 days"
+        else:
+            label = calendar.month_name[day.month] + ("" if day.year == today.year else f" {day.year}")
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(chat)
+        else:
+            groups.append((label, [chat]))
+    return groups
 
 
 def is_default_title(title: str) -> bool:
@@ -57,6 +89,7 @@ class ChatsHost:
     submit: Callable[[EventType, Any], Awaitable[None]]
     kick: Callable[[], None]  # something new is in the outbox
     now: Callable[[], str]
+    local_now: Callable[[], datetime]  # this device's time, with its UTC offset (the list's days)
 
 
 class Chats:
@@ -72,12 +105,15 @@ class Chats:
 
     # --- drawing -----------------------------------------------------------------------------
 
-    def draw_list(self, chats: list[Chat] | None = None) -> None:
+    def draw_list(self, listed: list[tuple[Chat, str]] | None = None) -> None:
+        """The list (``listed``: as ``LocalStore.listed`` gives it, when the caller has it), or
+        the search's results while there is a query."""
         if self.query:
             html = ui.search_results(self.query, self.store.search(self.query))
         else:
             marks = ui.Marks(self.store.drafted(), self.store.running(), self.store.unsent())
-            html = ui.chat_list(self.store.chats() if chats is None else chats, self.host.selected(), marks)
+            groups = day_groups(self.store.listed() if listed is None else listed, self.host.local_now())
+            html = ui.chat_list(groups, self.host.selected(), marks)
         if html != self._list:
             self._list = html
             self.view.morph("chat-list", html)

@@ -188,11 +188,15 @@ class LocalStore(Outbox, Snapshots):
 
     def chats(self) -> list[Chat]:
         """Most recent activity first: a chat's newest message, or its creation."""
+        return [chat for chat, _ in self.listed()]
+
+    def listed(self) -> list[tuple[Chat, str]]:
+        """The chats as ``chats`` orders them, each with the time of its latest activity."""
         rows = self.conn.execute(
             """SELECT c.*, COALESCE((SELECT MAX(m.created_at) FROM messages m WHERE m.chat_id = c.id), c.created_at)
                    AS active FROM chats c ORDER BY active DESC, c.id DESC"""
         ).fetchall()
-        return [Chat.model_validate(dict(r)) for r in rows]
+        return [(Chat.model_validate(dict(r)), str(r["active"])) for r in rows]
 
     def running(self) -> set[str]:
         """The chats with a reply being written."""

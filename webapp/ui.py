@@ -168,21 +168,25 @@ class Marks:
 NO_MARKS = Marks()
 
 
-def chat_list(chats: list[Chat], selected: str | None, marks: Marks = NO_MARKS) -> str:
-    if not chats:
+def chat_list(groups: list[tuple[str, list[Chat]]], selected: str | None, marks: Marks = NO_MARKS) -> str:
+    """The chats under the headings of their groups (webapp/chats.py: by the day of their latest
+    activity), each group in the order given."""
+    if not groups:
         return '<p class="empty">No chats yet.</p>'
     items = []
-    for chat in chats:
-        classes = ["chat-item"]
-        if chat.id == selected:
-            classes.append("selected")
-        if is_pending(chat):
-            classes.append("pending")
-        current = ' aria-current="true"' if chat.id == selected else ""
-        items.append(
-            f'<button type="button" class="{" ".join(classes)}" id="c-{chat.id}" data-action="select-chat" '
-            f'data-id="{chat.id}"{current}><span class="title">{escape(chat.title)}</span>{_marks(chat.id, marks)}</button>'
-        )
+    for heading, chats in groups:
+        items.append(f'<h3 class="group">{escape(heading)}</h3>')
+        for chat in chats:
+            classes = ["chat-item"]
+            if chat.id == selected:
+                classes.append("selected")
+            if is_pending(chat):
+                classes.append("pending")
+            current = ' aria-current="true"' if chat.id == selected else ""
+            items.append(
+                f'<button type="button" class="{" ".join(classes)}" id="c-{chat.id}" data-action="select-chat" '
+                f'data-id="{chat.id}"{current}><span class="title">{escape(chat.title)}</span>{_marks(chat.id, marks)}</button>'
+            )
     return "\n".join(items)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sqlite3
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ from shared.models import Chat, EventType, LoggedEvent, Message, Snapshot
 from shared.transfer import Export
 from tests.webapp.page import FakePage
 from tests.webapp.test_client import make_client
+from webapp import ui
 from webapp.app import Client
-from webapp.chats import title_from
+from webapp.chats import day_groups, title_from
 from webapp.database import FilePersistence
 from webapp.migrations import MIGRATIONS
 from webapp.search import fts_query
@@ -93,6 +96,48 @@ async def test_the_list_is_by_latest_activity_and_marks_drafts_answers_and_unsen
     await client.dispatch("send", {"text": "answer me", "assistant": "demo"})
     assert "Answering…" in page.regions["chat-list"]  # a reply waits in the first chat
     assert client.store.running() == {first}
+
+
+LOCAL = timezone(timedelta(hours=-5))  # a device five hours behind UTC
+DAYS_AGO = [  # (latest activity, in UTC; the group it goes in on the device's calendar)
+    ("2026-12-02T04:00:00.000Z", "Today"),  # (ahead of the device's clock)
+    ("2026-12-01T15:00:00.000Z", "Today"),
+    ("2026-12-01T04:59:00.000Z", "Yesterday"),  # (23:59 the day before, there)
+    ("2026-11-30T06:00:00.000Z", "Yesterday"),
+    ("2026-11-29T12:00:00.000Z", "Previous 7 days"),
+    ("2026-11-25T12:00:00.000Z", "Previous 7 days"),
+    ("2026-11-24T12:00:00.000Z", "Previous 30 days"),
+    ("2026-11-02T12:00:00.000Z", "Previous 30 days"),
+    ("2026-10-31T12:00:00.000Z", "October"),
+    ("2026-01-05T12:00:00.000Z", "January"),
+    ("2025-12-30T12:00:00.000Z", "December 2025"),
+]
+
+
+def test_the_list_is_grouped_by_the_day_of_each_chats_latest_activity_on_the_devices_calendar() -> None:
+    now = datetime(2026, 12, 1, 18, 0, tzinfo=LOCAL)  # 23:00 UTC
+    chats = [Chat(id=f"{i:08d}-0000-7000-8000-000000000000", title=f"c{i}", created_at=at) for i, (at, _) in enumerate(DAYS_AGO)]
+    groups = day_groups([(chat, at) for chat, (at, _) in zip(chats, DAYS_AGO)], now)
+    expected: list[tuple[str, list[str]]] = []
+    for chat, (_, label) in zip(chats, DAYS_AGO):
+        if expected and expected[-1][0] == label:
+            expected[-1][1].append(chat.title)
+        else:
+            expected.append((label, [chat.title]))
+    assert [(label, [c.title for c in members]) for label, members in groups] == expected
+    html = ui.chat_list(groups, None)
+    assert [h for h in re.findall(r'<h3 class="group">([^<]+)</h3>', html)] == [label for label, _ in expected]
+    assert ui.chat_list([], None) == '<p class="empty">No chats yet.</p>'
+
+
+async def test_the_list_shows_its_groups(tmp_path: Path) -> None:
+    client, page = await ticking_client(tmp_path)  # (its clock: 2026-11-30, at noon UTC)
+    client.chats.host.local_now = lambda: datetime(2026, 11, 30, 13, tzinfo=UTC)
+    await chat_with(client, "first chat")
+    assert '<h3 class="group">Today</h3>' in page.regions["chat-list"]
+    client.chats.host.local_now = lambda: datetime(2026, 12, 2, 13, tzinfo=UTC)  # two days later
+    await chat_with(client, "second chat")
+    assert re.findall(r'<h3 class="group">([^<]+)</h3>', page.regions["chat-list"]) == ["Previous 7 days"]
 
 
 async def test_deleting_a_chat_asks_first_and_takes_what_the_device_kept_of_it(tmp_path: Path) -> None:
