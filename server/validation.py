@@ -19,6 +19,7 @@ from typing import Protocol, assert_never
 
 from server.store import Rejected
 from shared.models import (
+    ENDED,
     Chat,
     ChatRef,
     DomainEvent,
@@ -47,9 +48,6 @@ class StateReader(Protocol):
         """Whether an assistant run with this id was ever requested."""
 
 
-# An assistant reply whose run has ended keeps its status for good: a run's late checkpoint or
-# final message cannot undo a Stop (a client may still edit the text).
-ENDED = ("completed", "failed_upstream", "cancelled")
 
 
 def validation_error(event: DomainEvent, state: StateReader) -> str | None:
@@ -100,7 +98,7 @@ def _message_error(kind: EventType, payload: Message | MessageRef, state: StateR
         return "a message cannot move to another chat"
     if isinstance(payload, Message) and chat_of_message is not None:
         status = state.message_status(payload.id)
-        if status in ENDED and payload.status != status:
+        if status in ENDED and payload.status != status:  # (a client may still edit the text)
             return f"the run of this message has ended ({status})"
     return None
 

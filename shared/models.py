@@ -6,7 +6,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -74,6 +74,8 @@ Status = Literal["completed", "queued", "streaming", "failed_upstream", "cancell
 # A reply still being written (by a server's run or a local assistant): it can be stopped, and
 # it has not ended. Every place that asks "still running?" asks this.
 UNFINISHED: tuple[Status, ...] = ("queued", "streaming")
+# A reply whose run is over: it keeps this status for good (a late checkpoint cannot undo a Stop).
+ENDED: tuple[Status, ...] = tuple(s for s in get_args(Status) if s not in UNFINISHED)
 
 
 class Chat(Wire):

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, RunInput
 from shared.models import (
+    ENDED,
     UNFINISHED,
     Chat,
     DeltaFrame,
@@ -28,7 +29,7 @@ from shared.models import (
     Session,
 )
 from shared.thread import ROOT, children, path_to
-from webapp import markdown, ui
+from webapp import markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
 from webapp.outbox import Rejection
@@ -267,7 +268,7 @@ class Client:
             return
         infos = self.store.run_infos(chat_id)
         rows = self.pane.rows.values()
-        if any(r.run_id and r.status in ui.ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows):
+        if any(r.run_id and r.status in ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows):
             self._runs_asked[chat_id] = self.store.last_seq()
             asyncio.ensure_future(self._fetch_runs(chat_id)).add_done_callback(_log_failure)
 
@@ -280,7 +281,7 @@ class Client:
             await self.store.set_setting("runs:" + chat_id, json.dumps([r.model_dump() for r in found]))
             if chat_id == self.selected:
                 self.pane.draw()
-            if all(r.status in ui.ENDED for r in found):
+            if all(r.status in ENDED for r in found):
                 return
             await asyncio.sleep(1)  # a run's usage is written just after its reply ends
 
@@ -399,7 +400,7 @@ class Client:
         self.redraw(chat_changed=True)
         self.view.toggle_chats(False)
         if message_id is not None and self.pane.reach(message_id):
-            self.view.reveal(ui.item_key(message_id))
+            self.view.reveal(message_html.item_key(message_id))
 
     async def _on_new_chat(self, data: dict[str, Any]) -> None:
         await self._new_chat()

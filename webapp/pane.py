@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from shared.models import Message, RunRequest, RunSummary
+from shared.models import ENDED, Message, RunRequest, RunSummary
 from shared.thread import Step, shown_path
-from webapp import ui
+from webapp import message_html
 from webapp.markdown import StreamRenderer
 from webapp.outbox import Delivery, Rejection
 from webapp.store import LocalStore
@@ -93,7 +93,7 @@ class MessagePane:
         shown = path[-self.window :]
         if self._order and not opened:  # a new message is added below; the ones above stay for a while
             drawn_first = self._order[0]
-            first = next((i for i, step in enumerate(path) if ui.item_key(step.id) == drawn_first), None)
+            first = next((i for i, step in enumerate(path) if message_html.item_key(step.id) == drawn_first), None)
             if first is not None and len(path) - self.window - WINDOW <= first < len(path) - len(shown):
                 shown = path[first:]
         self.rows = rows = self.store.messages_by_id([step.id for step in shown])
@@ -105,11 +105,11 @@ class MessagePane:
         order = []
         for step in shown:
             if step.id in rows:
-                order.append(ui.item_key(step.id))
+                order.append(message_html.item_key(step.id))
                 self._patch(rows[step.id], changed, streams)
         if self.chat_id is not None:
             for rejection in self._rejections(self.store.rejected(self.chat_id)):
-                key, html = ui.rejection_key(rejection), self._rejection_html(rejection)
+                key, html = message_html.rejection_key(rejection), self._rejection_html(rejection)
                 order.append(key)
                 if self._drawn.get(key) != html:
                     changed[key] = self._drawn[key] = html
@@ -117,7 +117,7 @@ class MessagePane:
             return
         self._drawn = {key: self._drawn[key] for key in order}
         self._streamed = {key: self._streamed[key] for key in order if key in self._streamed}
-        self._renderers = {i: r for i, r in self._renderers.items() if ui.item_key(i) in self._streamed}
+        self._renderers = {i: r for i, r in self._renderers.items() if message_html.item_key(i) in self._streamed}
         self._order = order
         self.view.patch_messages(order, changed, opened, len(path) > len(shown), streams)
 
@@ -137,7 +137,7 @@ class MessagePane:
         changed: dict[str, str] = {}
         streams: dict[str, tuple[int, str]] = {}
         for reply_id in dirty:
-            row = self.store.message(reply_id) if ui.item_key(reply_id) in self._drawn else None  # else: not shown
+            row = self.store.message(reply_id) if message_html.item_key(reply_id) in self._drawn else None  # else: not shown
             if row is not None:
                 self._patch(row, changed, streams)
         if changed or streams:
@@ -149,7 +149,7 @@ class MessagePane:
         """What the page must change for this message: its whole item (``changed``), or, for a
         streaming reply whose item is otherwise as drawn, the end of its text (``streams``: keep
         that many blocks, then this HTML)."""
-        key = ui.item_key(row.id)
+        key = message_html.item_key(row.id)
         html, live = self._render(row)
         drawn, streamed = self._drawn.get(key), self._streamed.pop(key, None)
         self._drawn[key] = html
@@ -169,7 +169,7 @@ class MessagePane:
         """The message's item; for a streaming reply, its item with SLOT for its content, and the
         content's kept blocks and the rest."""
         text = self.streaming.get(row.id)
-        if text is not None and (row.status in ui.ENDED or len(row.content) >= len(text)):
+        if text is not None and (row.status in ENDED or len(row.content) >= len(text)):
             del self.streaming[row.id]  # the log caught up with (or ended) the stream: its text wins
             text = None
         live = text if text is not None else row.content if row.status == "streaming" else None
@@ -180,14 +180,14 @@ class MessagePane:
             parts = (renderer, kept, tail)
         else:
             self._renderers.pop(row.id, None)
-        item = ui.Item(
+        item = message_html.Item(
             message=row,
             step=self._steps.get(row.id),
             content_html=SLOT if parts is not None else None,
             delivery=self._delivery.get(row.id),
             run=self._runs.get(row.id),
         )
-        return ui.message_item(item), parts
+        return message_html.message_item(item), parts
 
     @staticmethod
     def _rejections(found: list[Rejection]) -> list[Rejection]:
@@ -211,4 +211,4 @@ class MessagePane:
         else:
             assert isinstance(payload, Message)
             message = payload
-        return ui.message_item(ui.Item(message=message, rejection=rejection))
+        return message_html.message_item(message_html.Item(message=message, rejection=rejection))

@@ -8,15 +8,11 @@ composer, and what is typed in it, is never replaced.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from html import escape
 
-from shared.models import UNFINISHED, Chat, Message, RunSummary
-from shared.thread import Step
-from webapp import markdown
-from webapp.outbox import Delivery, Rejection
+from shared.models import Chat
 from webapp.overlay import is_pending
 from webapp.search import Hit
 from webapp.sync import Status
@@ -242,7 +238,7 @@ def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = 
             '<button type="button" class="secondary" data-action="cancel-delete-chat">Cancel</button></div>'
         )
     tools = "".join(
-        _icon_button(action, chat.id, label, icon)
+        icon_button(action, chat.id, label, icon)
         for action, label, icon in (
             ("rename-chat", "Rename", "edit"), ("export-chat", "Export as Markdown", "download"),
             ("delete-chat", "Delete chat", "delete"),
@@ -271,161 +267,8 @@ def editing_note(branching: bool, correcting: bool = False) -> str:
     return f'{what}. <button type="button" class="link" data-action="cancel-edit">Cancel</button>'
 
 
-
-# --- messages --------------------------------------------------------------------------------
-
-# What a reply says about itself, by status (a screen reader reads the same text).
-REPLY_STATE = {
-    "queued": "Waiting for the assistant…",
-    "streaming": "Writing…",
-    "completed": "",
-    "failed_upstream": "The assistant could not answer.",
-    "cancelled": "Stopped.",
-}
-# What a change not yet on the server says, by its outbox status.
-DELIVERY_STATE = {
-    "pending": "Saved on this device, not sent yet",
-    "sending": "Sending…",
-    "failed": "Not sent yet",
-}
-ENDED = ("completed", "failed_upstream", "cancelled")  # a reply's statuses once its run is over
-DONE = {"user": "Sent.", "assistant": "Answer complete."}
-
-
-@dataclass(frozen=True)
-class Item:
-    """Everything one message's HTML depends on."""
-
-    message: Message
-    step: Step | None = None  # None: not on the tree (a rejected change)
-    content_html: str | None = None  # its content's HTML, when the caller has it (a stream's)
-    delivery: Delivery | None = None
-    run: RunSummary | None = None
-    rejection: Rejection | None = None  # the server refused it (then it is not in the tables)
-
-
-def item_key(message_id: str) -> str:
-    return f"m-{message_id}"
-
-
-def rejection_key(rejection: Rejection) -> str:
-    return f"r-{rejection.event.event_id}"
-
-
-def message_item(item: Item) -> str:
-    message = item.message
-    state, state_text, actions = _state(item)
-    classes = ["message", message.role]
-    if is_pending(message) or item.rejection is not None:
-        classes.append("pending")
-    if message.role == "assistant":
-        classes.append(message.status)
-    key = rejection_key(item.rejection) if item.rejection is not None else item_key(message.id)
-    if state_text or actions:
-        state_html = f'<p class="state">{escape(state_text)} {actions}</p>'
-    else:  # done: said to a screen reader only
-        state_html = f'<p class="state sr-only">{DONE.get(message.role, "")}</p>'
-    return (
-        f'<li class="{" ".join(classes)}" id="{key}" data-state="{state}">'
-        f'<div class="bubble"><div class="content">{_content(item)}</div></div>'
-        f"{state_html}"
-        f'<div class="meta">{_branches(item.step)}{_tools(item, state)}{_usage(item.run)}</div></li>'
-    )
-
-
-def _content(item: Item) -> str:
-    message = item.message
-    if item.content_html is not None:
-        return item.content_html
-    if message.role in ("user", "assistant"):
-        return markdown.render(message.content)
-    text = _tool_call(message.content) if message.role == "tool_call" else message.content
-    return f'<div class="plain">{escape(text)}</div>'
-
-
-def _state(item: Item) -> tuple[str, str, str]:
-    """(data-state, the sentence shown, the buttons that act on it)."""
-    message = item.message
-    if item.rejection is not None:
-        event_id = item.rejection.event.event_id
-        resend = _text_button("resend", event_id, "Edit and resend") if message.role == "user" else ""
-        return "rejected", f"Not accepted: {item.rejection.error}", resend + _text_button("discard", event_id, "Discard")
-    if message.role == "assistant" and message.status != "completed":
-        text = REPLY_STATE[message.status]
-        if message.status == "failed_upstream" and item.run is not None and item.run.error:
-            text = f"The assistant could not answer: {item.run.error}."
-        if message.status == "queued" and item.delivery is not None:
-            text = "Saved on this device: the assistant is asked once the server can be reached."
-        if message.status in UNFINISHED:
-            return message.status, text, _text_button("stop-run", message.id, "Stop")
-        return message.status, text, _text_button("retry-run", message.id, "Retry")
-    if item.delivery is not None:
-        text = DELIVERY_STATE[item.delivery.status]
-        if item.delivery.status == "failed":
-            reason = f": {item.delivery.error}" if item.delivery.error else ""
-            text = f"{text}{reason}. It will be sent again."
-        return item.delivery.status, text, ""
-    return "completed", "", ""
-
-
-def _text_button(action: str, message_id: str, label: str) -> str:
-    return f'<button type="button" class="act" data-action="{action}" data-id="{message_id}">{label}</button>'
-
-
-def _icon_button(action: str, message_id: str, label: str, icon: str) -> str:
+def icon_button(action: str, message_id: str, label: str, icon: str) -> str:
     return (
         f'<button type="button" class="tool" data-action="{action}" data-id="{message_id}" '
         f'aria-label="{label}" title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
     )
-
-
-def _tools(item: Item, state: str) -> str:
-    if item.rejection is not None:
-        return ""
-    message = item.message
-    buttons = [_icon_button("copy", message.id, "Copy", "copy")]
-    if message.role == "user":
-        buttons.append(_icon_button("edit-message", message.id, "Edit", "edit"))
-        remove = "Withdraw" if state == "pending" else "Delete"
-        buttons.append(_icon_button("remove-message", message.id, remove, "delete"))
-    elif message.role == "assistant" and message.status == "completed" and message.assistant_id:
-        buttons.append(_icon_button("regenerate", message.id, "Regenerate", "regenerate"))
-    return f'<span class="tools">{"".join(buttons)}</span>'
-
-
-def _branches(step: Step | None) -> str:
-    if step is None or len(step.siblings) < 2:
-        return ""
-    index, count = step.index, len(step.siblings)
-    previous = step.siblings[index - 1] if index > 0 else ""
-    following = step.siblings[index + 1] if index + 1 < count else ""
-
-    def arrow(target: str, label: str, icon: str) -> str:
-        disabled = "" if target else " disabled"
-        return (
-            f'<button type="button" class="tool" data-action="show-branch" data-fork="{step.fork}" data-id="{target}" '
-            f'aria-label="{label}" title="{label}"{disabled}><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
-        )
-
-    return (
-        f'<span class="branches">{arrow(previous, "Previous branch", "left")}'
-        f'<span class="count">{index + 1} / {count}</span>{arrow(following, "Next branch", "right")}</span>'
-    )
-
-
-def _usage(info: RunSummary | None) -> str:
-    if info is None or info.completion_tokens is None:
-        return ""
-    if info.usage_reported:
-        text = f"{info.prompt_tokens} + {info.completion_tokens} tokens"
-    else:
-        text = f"about {info.completion_tokens} tokens (counted here: the service did not say)"
-    return f'<span class="usage">{escape(text)}</span>'
-
-
-def _tool_call(content: str) -> str:
-    try:
-        call = json.loads(content)
-        return f"Calls the {call['tool']}: {call['input']}"
-    except (ValueError, KeyError, TypeError):
-        return content

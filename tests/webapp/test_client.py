@@ -363,19 +363,19 @@ async def test_copy_gives_a_message_as_its_markdown(tmp_path: Path) -> None:
 
 
 def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> None:
-    from webapp import ui
+    from webapp import message_html
     from webapp.outbox import Delivery
 
     reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
                     role="assistant", content="", created_at=T, assistant_id="demo", run_id=None)  # fmt: skip
     seen: set[tuple[str, str]] = set()
     for status in ("queued", "streaming", "completed", "failed_upstream", "cancelled"):
-        html = ui.message_item(ui.Item(message=reply.model_copy(update={"status": status, "last_seq": 3})))
-        seen.add((f'data-state="{status}"', ui.REPLY_STATE[status]))
-        assert f'data-state="{status}"' in html and ui.REPLY_STATE[status] in html
+        html = message_html.message_item(message_html.Item(message=reply.model_copy(update={"status": status, "last_seq": 3})))
+        seen.add((f'data-state="{status}"', message_html.REPLY_STATE[status]))
+        assert f'data-state="{status}"' in html and message_html.REPLY_STATE[status] in html
     question = reply.model_copy(update={"role": "user", "status": "completed", "last_seq": 0})
     for delivery in ("pending", "sending", "failed"):
-        html = ui.message_item(ui.Item(message=question, delivery=Delivery(delivery, "server error 502")))
-        assert f'data-state="{delivery}"' in html and ui.DELIVERY_STATE[delivery] in html
-    failed = ui.message_item(ui.Item(message=question, delivery=Delivery("failed", "server error 502")))
+        html = message_html.message_item(message_html.Item(message=question, delivery=Delivery(delivery, "server error 502")))
+        assert f'data-state="{delivery}"' in html and message_html.DELIVERY_STATE[delivery] in html
+    failed = message_html.message_item(message_html.Item(message=question, delivery=Delivery("failed", "server error 502")))
     assert "Not sent yet: server error 502. It will be sent again." in failed
