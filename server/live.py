@@ -78,6 +78,9 @@ class Subscription:
         self.woken = 0  # when it was last woken (SharedReads.now()): its next read begins after
         self.page: Page | None = None
         self.deltas: deque[tuple[str, str]] = deque()  # (message id, the frame's JSON text)
+        # How many of ``deltas`` came before the latest commit the socket was told of: they go
+        # out before that commit's events (a reply's last words before the event that ends it).
+        self.deltas_before_log = 0
         self.resend = False  # the streams' texts so far are to be sent (caughtUp, or deltas lost)
         self.ping_due = False
 
@@ -190,7 +193,11 @@ class Hub:
         """The account's log changed (up to ``seq``, when known): its sockets read what is new
         after their own cursors. A commit already read for them costs nothing."""
         feed = self._feeds.get(account_id)
-        if feed is None or (seq is not None and seq <= feed.head):
+        if feed is None:
+            return
+        for subscription in feed.subscriptions:
+            subscription.deltas_before_log = len(subscription.deltas)
+        if seq is not None and seq <= feed.head:
             return
         if seq is None:
             feed.unread = True
@@ -363,6 +370,10 @@ async def follow(
                 return
             if mailbox.log_changed:
                 mailbox.log_changed = False
+                if caught_up:  # the deltas that came before the commit, first
+                    for _ in range(min(mailbox.deltas_before_log, len(mailbox.deltas))):
+                        await deliver(mailbox.deltas.popleft()[1])
+                mailbox.deltas_before_log = 0
                 page, mailbox.page = mailbox.page, None
                 if page is None or page.after != cursor:
                     try:

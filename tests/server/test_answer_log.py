@@ -253,7 +253,10 @@ async def test_sockets_on_two_processes_of_one_postgresql_get_the_text_so_far(tm
                             assert frame["offset"] == len(text)
                             text += frame["text"]
                         elif frame["type"] == "event" and frame["event"]["payload"].get("status") == "completed":
-                            assert text == frame["event"]["payload"]["content"]
+                            # (Its last deltas may still be on their way through PostgreSQL when
+                            # this process reads the final event from the log: the event holds
+                            # the whole text, and a client ignores deltas of a reply that ended.)
+                            assert frame["event"]["payload"]["content"].startswith(text)
                             return str(first["text"])
 
             so_far = await asyncio.gather(*(joined(p) for p in processes))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from server.live import Hub, SharedReads, follow
 from server.store import Updates
-from shared.models import LoggedEvent
+from shared.models import DeltaFrame, LoggedEvent
 from tests.server.events import chat_created, new_id
 from tests.waiting import until
 
@@ -87,6 +87,41 @@ async def test_a_commit_is_read_once_for_all_the_sockets_of_its_account() -> Non
     for s in sockets:
         s.task.cancel()
     await asyncio.gather(*(s.task for s in sockets), return_exceptions=True)
+
+
+async def test_the_deltas_that_came_before_a_commit_go_out_before_its_events() -> None:
+    """A reply's last words reach the socket before the event that ends the reply, even when the
+    socket gets to both at once (here: held up sending a ping meanwhile)."""
+    log = MemoryLog()
+    hub = Hub(SharedReads(log))  # type: ignore[arg-type]
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def send(text: str) -> None:
+        frame = json.loads(text)
+        order.append(f"{frame['type']} {frame.get('text') or frame.get('event', {}).get('seq', '')}".strip())
+        if frame["type"] == "ping":
+            await gate.wait()
+
+    async def close(code: int, reason: str) -> None:
+        pass
+
+    task = asyncio.ensure_future(follow(send, close, hub, "a", 0, 60))
+    await until(lambda: order == ["caughtUp"])
+    [mailbox] = hub._feeds["a"].subscriptions
+    mailbox.ping_due = True
+    mailbox.ready.set()
+    await until(lambda: order[-1:] == ["ping"])  # held up there
+    message_id, run_id = new_id(), new_id()
+    for offset, word in enumerate("abc"):
+        hub.publish("a", json.dumps(DeltaFrame(message_id=message_id, run_id=run_id, offset=offset, text=word).wire()))
+    hub.notify("a", log.commit())  # the reply's end
+    await until(lambda: mailbox.log_changed, "the hub has read the commit")
+    gate.set()
+    await until(lambda: len(order) == 6, lambda: order)
+    assert order == ["caughtUp", "ping", "delta a", "delta b", "delta c", "event 1"]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 steps = st.lists(
