@@ -48,8 +48,6 @@ class StateReader(Protocol):
         """Whether an assistant run with this id was ever requested."""
 
 
-
-
 def validation_error(event: DomainEvent, state: StateReader) -> str | None:
     """Why ``event`` cannot be applied to the current state, or None when it can."""
     payload = event.payload
