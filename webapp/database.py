@@ -100,6 +100,9 @@ class Database:
         self._searchable = False  # (until the migration that makes the index has run)
         self._storing: list[asyncio.Future[None]] = []  # a snapshot's pages on their way to storage
         self._settled_at = 0.0  # (time.monotonic()) when a snapshot's -wal may be checkpointed
+        self._committed = 0  # write transactions committed
+        self._stored = 0  # the first this many are durable (their flush has resolved)
+        self._saving: dict[str, int] = {}  # entity -> the commit of its latest local change (outbox.py)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -124,6 +127,7 @@ class Database:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+        self._committed += 1
 
     async def open(self) -> None:
         """After opening: checkpoint what the -wal holds (migrations, an earlier session's
@@ -135,7 +139,9 @@ class Database:
         if wal_bytes is None:
             wal_bytes = CHECKPOINT_WAL_BYTES if time.monotonic() >= self._settled_at else SNAPSHOT_WAL_BYTES
         big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > wal_bytes
+        committed = self._committed
         await self._persistence.flush(self._checkpoint() if big else None)
+        self._stored = max(self._stored, committed)  # (a flush stores every commit before it)
 
     def _checkpoint(self) -> Checkpoint:
         pages = wal_pages(self._wal_path)

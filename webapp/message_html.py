@@ -26,6 +26,7 @@ REPLY_STATE = {
 }
 # What a change not yet on the server says, by its outbox status.
 DELIVERY_STATE = {
+    "saving": "Saving on this device…",  # (committed, not durable yet: for a moment, if ever shown)
     "pending": "Saved on this device, not sent yet",
     "sending": "Sending…",
     "failed": "Not sent yet",
@@ -120,7 +121,7 @@ def _tools(item: Item, state: str) -> str:
     buttons = [icon_button("copy", message.id, "Copy", "copy")]
     if message.role == "user":
         buttons.append(icon_button("edit-message", message.id, "Edit", "edit"))
-        remove = "Withdraw" if state == "pending" else "Delete"
+        remove = "Withdraw" if state in ("saving", "pending") else "Delete"
         buttons.append(icon_button("remove-message", message.id, remove, "delete"))
     elif message.role == "assistant" and message.status == "completed" and message.assistant_id:
         buttons.append(icon_button("regenerate", message.id, "Regenerate", "regenerate"))

@@ -103,6 +103,7 @@ class Outbox(Database):
                 overlay.reapply(conn)
             else:
                 _queue(conn, event)
+        self._saving[entity] = self._committed
         await self._durable()
 
     async def add_imported(self, events: list[DomainEvent]) -> int:
@@ -145,8 +146,11 @@ class Outbox(Database):
         ]
 
     def delivery(self) -> dict[str, Delivery]:
-        """Entity id -> where its first unsent change stands, for every entity with one."""
-        found: dict[str, Delivery] = {}
+        """Entity id -> where its first unsent change stands, for every entity with one:
+        ``saving`` while its latest local change is committed but not durable yet (another
+        action may draw the screen meanwhile: it must not say "saved")."""
+        self._saving = {e: n for e, n in self._saving.items() if n > self._stored}
+        found: dict[str, Delivery] = {e: Delivery("saving", None) for e in self._saving}
         for row in self.conn.execute(
             "SELECT entity_id, status, last_error FROM pending_events WHERE status <> 'sent' ORDER BY id"
         ):

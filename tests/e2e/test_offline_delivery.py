@@ -44,7 +44,8 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
     expect(b.locator("#status")).to_have_attribute("data-state", "online")
 
     # A goes offline, starts a new chat and writes two messages: saved and shown at once,
-    # marked pending.
+    # marked pending (each says it is saved once it is durable: a reload before that could find
+    # it missing, its text back in the box as the draft if that was saved).
     contexts[0].set_offline(True)
     a.click("[data-action=new-chat]")
     expect(a.locator(".chat-item.pending")).to_have_count(1)
@@ -52,6 +53,7 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
     send(a, "offline two")
     for text in ("offline one", "offline two"):
         expect(a.locator(".message.pending", has_text=text)).to_be_visible()
+        expect(a.locator(".message.pending", has_text=text)).not_to_have_attribute("data-state", "saving")
     expect(a.locator("#status")).to_have_attribute("data-state", "offline")
 
     # Reloaded while still offline: the service worker opens the app, the messages are there.

@@ -3,16 +3,19 @@ applies its patches the way static/view.js does."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shared.assistants import Piece, Turn
 from shared.ids import Uuid7Generator
 from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message, Session
+from tests.waiting import until
 from tests.webapp.page import FakePage
 from webapp.app import AuthFailed, Client, Services
 from webapp.assistants import DEVICE_MODEL_ID
@@ -362,6 +365,31 @@ async def test_copy_gives_a_message_as_its_markdown(tmp_path: Path) -> None:
     assert client.source(message.id) == "some **bold** `code`" and client.source("nothing") == ""
 
 
+async def test_a_message_drawn_by_another_action_before_it_is_durable_says_saving(tmp_path: Path) -> None:
+    """A message is shown once it is durable; should another action draw the chat meanwhile (two
+    sends in quick succession, the first one's redraw), it says "Saving", never "Saved"."""
+    client, page, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("send", {"text": "one", "assistant": ""})
+    held = asyncio.Event()
+    flush = client.store._persistence.flush
+
+    async def held_flush(checkpoint: Any) -> None:
+        await held.wait()
+        await flush(checkpoint)
+
+    client.store._persistence.flush = held_flush  # type: ignore[method-assign]
+    sending = asyncio.ensure_future(client.dispatch("send", {"text": "two", "assistant": ""}))
+    await until(lambda: [m.content for m in client.store.messages(client.selected or "")] == ["one", "two"])
+    client.redraw()  # another action draws the chat: "two" is committed, not durable
+    [two] = [m for m in client.store.messages(client.selected or "") if m.content == "two"]
+    assert 'data-state="saving"' in page.node(two.id).html and "Saving on this device…" in page.node(two.id).html
+    held.set()
+    await sending
+    assert 'data-state="pending"' in page.node(two.id).html and "Saved on this device" in page.node(two.id).html
+
+
 def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> None:
     from webapp import message_html
     from webapp.outbox import Delivery
@@ -374,7 +402,7 @@ def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> No
         seen.add((f'data-state="{status}"', message_html.REPLY_STATE[status]))
         assert f'data-state="{status}"' in html and message_html.REPLY_STATE[status] in html
     question = reply.model_copy(update={"role": "user", "status": "completed", "last_seq": 0})
-    for delivery in ("pending", "sending", "failed"):
+    for delivery in ("saving", "pending", "sending", "failed"):
         html = message_html.message_item(message_html.Item(message=question, delivery=Delivery(delivery, "server error 502")))
         assert f'data-state="{delivery}"' in html and message_html.DELIVERY_STATE[delivery] in html
     failed = message_html.message_item(message_html.Item(message=question, delivery=Delivery("failed", "server error 502")))
