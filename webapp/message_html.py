@@ -96,8 +96,9 @@ def _state(item: Item) -> tuple[str, str, str]:
         text = REPLY_STATE[message.status]
         if message.status == "failed_upstream" and item.run is not None and item.run.error:
             text = f"The assistant could not answer: {item.run.error}."
-        if message.status == "queued" and item.delivery is not None:
-            text = "Saved on this device: the assistant is asked once the server can be reached."
+        if message.status == "queued" and item.delivery is not None:  # (its request is not on the server yet)
+            saving = item.delivery.status == "saving"
+            text = DELIVERY_STATE["saving"] if saving else "Saved on this device: the assistant is asked once the server can be reached."
         if message.status in UNFINISHED:
             return message.status, text, _text_button("stop-run", message.id, "Stop")
         return message.status, text, _text_button("retry-run", message.id, "Retry")

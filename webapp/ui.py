@@ -267,8 +267,9 @@ def editing_note(branching: bool, correcting: bool = False) -> str:
     return f'{what}. <button type="button" class="link" data-action="cancel-edit">Cancel</button>'
 
 
-def icon_button(action: str, message_id: str, label: str, icon: str) -> str:
+def icon_button(action: str, target_id: str, label: str, icon: str) -> str:
+    """A button of one icon for what ``action`` does to a message or a chat (``target_id``)."""
     return (
-        f'<button type="button" class="tool" data-action="{action}" data-id="{message_id}" '
+        f'<button type="button" class="tool" data-action="{action}" data-id="{target_id}" '
         f'aria-label="{label}" title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
     )

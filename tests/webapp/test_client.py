@@ -407,3 +407,7 @@ def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> No
         assert f'data-state="{delivery}"' in html and message_html.DELIVERY_STATE[delivery] in html
     failed = message_html.message_item(message_html.Item(message=question, delivery=Delivery("failed", "server error 502")))
     assert "Not sent yet: server error 502. It will be sent again." in failed
+    waiting = reply.model_copy(update={"status": "queued", "last_seq": None})  # its request not on the server yet
+    for delivery, words in (("saving", "Saving on this device…"), ("pending", "Saved on this device: the assistant is asked")):
+        html = message_html.message_item(message_html.Item(message=waiting, delivery=Delivery(delivery, None)))
+        assert words in html and ("Saved" in html) == (delivery == "pending")
