@@ -72,7 +72,8 @@ class PostgresListener:
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
-        await asyncio.wait_for(self._connected.wait(), 30)
+        async with asyncio.timeout(30):
+            await self._connected.wait()
 
     async def stop(self) -> None:
         if self._task is not None:

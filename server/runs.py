@@ -145,8 +145,9 @@ class RunWorker:
                     await self.step()
                 except Exception:  # the database went away, say: try again at the next poll
                     log.exception("assistant run worker")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._poll)
+                with contextlib.suppress(TimeoutError):  # (not wait_for: on CPython 3.11 it can
+                    async with asyncio.timeout(self._poll):  # lose the Cancel of a shutdown)
+                        await self._wake.wait()
                 self._wake.clear()
         finally:
             for task in self._running:

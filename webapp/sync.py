@@ -17,6 +17,7 @@ the page token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -140,10 +141,11 @@ class SyncEngine:
             self._retry_now.clear()
             delay = backoff * (0.5 + random.random() / 2)
             backoff = min(backoff * 2, self._max_backoff)
-            try:
-                await asyncio.wait_for(self._retry_now.wait(), delay)
-            except TimeoutError:
-                pass
+            # (asyncio.timeout, not wait_for: CPython 3.11's wait_for returns the result, and
+            # loses a cancellation, when both come at once; this loop would then never end.)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._retry_now.wait()
 
     async def _push_loop(self) -> None:
         while True:
@@ -280,7 +282,8 @@ class SyncEngine:
         try:
             while True:
                 try:
-                    frame = await asyncio.wait_for(socket.receive(), LIVE_SILENCE_SECONDS)
+                    async with asyncio.timeout(LIVE_SILENCE_SECONDS):
+                        frame = await socket.receive()
                 except TimeoutError:
                     raise NetworkError("the live socket went silent") from None
                 if isinstance(frame, EventFrame):

@@ -12,11 +12,13 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.models import Chat, ChatRef, EventType, Message, Snapshot
+from shared.models import Chat, ChatRef, EventType, Message, PingFrame, Snapshot, UpdatesResponse
 from tests.waiting import until
 from tests.webapp.devices import Device, T, new_id, signup
+from webapp.database import FilePersistence
 from webapp.overlay import is_pending
-from webapp.sync import Status
+from webapp.store import LocalStore
+from webapp.sync import Status, SyncEngine
 from webapp.transport import NetworkError
 
 
@@ -268,3 +270,37 @@ async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, t
         await asyncio.gather(run, return_exceptions=True)
         for socket in a.transport.sockets:
             await socket.close()
+
+
+async def test_a_cancelled_engine_stops_even_when_a_frame_arrives_at_that_moment(tmp_path: Path) -> None:
+    """Stopping the engine (a sign-out, another tab taking over) ends it, however its waits
+    stand: on CPython 3.11, ``asyncio.wait_for`` returned a frame that arrived with the Cancel
+    and lost the Cancel, and the engine then ran for good."""
+    arrivals: list[asyncio.Future[Any]] = []
+
+    class Socket:
+        async def receive(self) -> Any:
+            arrivals.append(asyncio.get_running_loop().create_future())
+            return await arrivals[-1]
+
+        async def close(self) -> None:
+            pass
+
+    class Transport:
+        async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
+            return UpdatesResponse(events=[], has_more=False, current_seq=0)
+
+        async def live(self, after_seq: int) -> Socket:
+            return Socket()
+
+    store = LocalStore(str(tmp_path / "local.db"), FilePersistence())
+    await store.open()
+    await store.apply_remote([], 0)  # (synced once: no snapshot to take)
+    engine = SyncEngine(store, Transport(), lambda: None, lambda status: None)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(engine.run())
+    await until(lambda: arrivals, "the engine follows the live socket")
+    arrivals[-1].set_result(PingFrame())  # a frame, and the Cancel, at once
+    run.cancel()
+    done, _ = await asyncio.wait({run}, timeout=5)
+    assert run in done and run.cancelled(), "the engine went on after it was cancelled"
+    store.close()
