@@ -3,6 +3,7 @@
 // (static/storage.js), then our Python (webapp.browser.main), then the service worker. Everything
 // is served from this origin; nothing from a CDN.
 import { startPython, unpackBundle, warmNextStart } from "/static/python-start.js";
+import * as pending from "/static/pending.js";
 import * as storage from "/static/storage.js";
 import * as view from "/static/view.js";
 
@@ -182,28 +183,87 @@ async function dispatch(action, data) {
   }
 }
 
-// Drafts: saved at every keystroke, one save at a time; the next carries everything typed
-// meanwhile (per chat, so switching chats mid-save loses nothing). body[data-drafts] says where
-// that stands: "saving", then "saved" once everything typed is durable (or "failed").
-const draftsWanted = new Map(); // chat -> text not saved yet
+// Drafts: kept by the page at every keystroke (static/pending.js), then handed to Python once
+// durable here (so the chat list's Draft mark means durable), one at a time; the next carries
+// everything typed meanwhile (per chat, so switching chats mid-save loses nothing).
+const draftsWanted = new Map(); // chat -> text not handed to Python yet
 let draftSaving = false;
 async function saveDrafts() {
   if (draftSaving || draftsWanted.size === 0) return;
   const [chat, text] = draftsWanted.entries().next().value;
   draftsWanted.delete(chat);
   draftSaving = true;
-  document.body.dataset.drafts = "saving";
-  let saved = false;
   try {
     await dispatch("draft", { chat, text });
-    saved = true;
   } catch (e) {
-    console.error("draft not saved", e);
+    console.error("draft not saved", e); // (the page keeps it: Python adopts it at the next start)
   } finally {
     draftSaving = false;
-    if (draftsWanted.size === 0) document.body.dataset.drafts = saved ? "saved" : "failed";
     saveDrafts();
   }
+}
+pending.onDraftKept((chat, { text }) => {
+  draftsWanted.set(chat, text);
+  saveDrafts();
+});
+
+// What the page kept in its last life (drafts, and messages sent that Python may not have got),
+// read before anything else: a composer painted with older text gets the newer, and the messages
+// show at once, as being saved, and go to Python first once it is up.
+const keptAtStart = pending.read();
+keptAtStart.then(({ drafts, sends }) => {
+  const box = document.getElementById("composer-text");
+  const painted = globalThis.chatPainted;
+  const typed = box && painted && drafts[box.dataset.chat];
+  if (typed && box.value === painted.text) { // (not typed into since it was painted)
+    box.value = painted.text = typed.text;
+    view.fitComposer(box);
+  }
+  for (const send of sends) view.showSending(send);
+});
+
+// Messages sent from the composer, in the order they were sent: each is kept by the page and
+// drawn at once, then given to Python (which waits for Python to be up), then forgotten here once
+// Python has it durably. Its id is made here, so a message given twice (a reload in between) is
+// saved once.
+let sendChain = keptAtStart.then(({ sends }) => sends.forEach(handOver), () => {});
+function handOver(send) {
+  const give = () => dispatch("send", send).then(
+    () => pending.forgetSend(send.id),
+    (e) => {
+      console.error("message not saved", e);
+      pending.forgetSend(send.id); // (Python puts its text back into the composer)
+    },
+  ).finally(() => view.endSending(send.id));
+  sendChain = sendChain.then(give, give);
+}
+
+function sendFromComposer(form, box) {
+  const text = box.value;
+  if (!text.trim()) return;
+  const draftOf = box.dataset.chat;
+  const chat = draftOf || uuid7(); // (no chat yet: the message makes one, with this id)
+  const send = pending.keepSend({
+    id: uuid7(), chat, newChat: !draftOf, text, assistant: new FormData(form).get("assistant") ?? undefined,
+  });
+  pending.keepDraft(draftOf, ""); // the message supersedes its draft
+  draftsWanted.delete(draftOf);
+  box.dataset.chat = chat;
+  box.value = "";
+  view.fitComposer(box);
+  view.showSending(send);
+  handOver(send);
+}
+
+// A UUIDv7 (RFC 9562): the time in milliseconds, then random bits; as the ids Python makes.
+function uuid7() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  let now = Date.now();
+  for (let i = 5; i >= 0; i--, now = Math.floor(now / 256)) bytes[i] = now % 256;
+  bytes[6] = (bytes[6] & 0x0f) | 0x70;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 // Search as the user types: one search at a time, the next one with what the box holds then.
@@ -258,27 +318,26 @@ function wireEvents() {
     if (!e.target.matches("#composer-text")) return;
     view.fitComposer(e.target);
     if (!e.target.hasAttribute("data-draft")) return; // editing a message: not the chat's draft
-    draftsWanted.set(e.target.dataset.chat, e.target.value);
-    saveDrafts();
+    pending.keepDraft(e.target.dataset.chat, e.target.value);
   });
   document.addEventListener("submit", (e) => {
     const form = e.target.closest("form[data-action]");
     if (!form) return;
     e.preventDefault();
+    const box = form.querySelector("#composer-text[data-draft]");
+    if (form.dataset.action === "send" && box) return sendFromComposer(form, box);
     const sent = send(form.dataset.action, Object.fromEntries(new FormData(form, e.submitter)));
-    // Cleared now, not after Python has saved it: what the user types next goes in a clean box
-    // (the text only: the assistant chosen stays chosen). The message supersedes its draft.
+    // Cleared now, not after Python has saved it: what the user types next goes in a clean box.
     // Before Python is ready the text stays in the box until it has been sent.
     if (!form.hasAttribute("data-reset")) return;
-    const clear = (box) => {
-      draftsWanted.delete(box.dataset.chat);
-      box.value = "";
-      view.fitComposer(box);
-    };
     form.querySelectorAll("textarea").forEach((box) => {
-      if (globalThis.chatDispatch) return clear(box);
+      const clear = () => {
+        box.value = "";
+        view.fitComposer(box);
+      };
+      if (globalThis.chatDispatch) return clear();
       const text = box.value;
-      sent.then(() => box.value === text && clear(box));
+      sent.then(() => box.value === text && clear());
     });
   });
   document.addEventListener("keydown", (e) => {
@@ -332,6 +391,9 @@ async function boot() {
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),
     stored: JSON.stringify(stored),
+    // The drafts this page kept, for Python to adopt before it draws the composer.
+    drafts: async () => JSON.stringify((await pending.read()).drafts),
+    forgetDrafts: (gone) => pending.forgetDrafts(JSON.parse(gone)),
     runPython,
   };
   globalThis.pyodide = pyodide;

@@ -17,10 +17,19 @@
     return; // no storage (a private window may refuse it) or a damaged entry: the app draws
   }
   document.getElementById("root").innerHTML = cache.html;
+  // What was typed last (static/pending.js keeps it in localStorage until IndexedDB has it, and
+  // static/app.js reads IndexedDB's copy next): newer than the screen's copy.
+  let text = cache.text;
+  try {
+    const typed = JSON.parse(localStorage.getItem(`chat-draft:${cache.chat}`) || "null");
+    if (typed) text = typed.text;
+  } catch {
+    // (a damaged entry: IndexedDB's copy follows)
+  }
   const box = document.getElementById("composer-text");
-  if (box) box.value = cache.text;
+  if (box) box.value = text;
   const scroller = document.getElementById("scroller");
   if (scroller) scroller.scrollTop = scroller.scrollHeight; // an open chat starts at its latest
-  globalThis.chatPainted = { account: cache.account, layout: cache.layout, chat: cache.chat, text: cache.text };
+  globalThis.chatPainted = { account: cache.account, layout: cache.layout, chat: cache.chat, text };
   performance.mark("chat:painted");
 })();

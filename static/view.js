@@ -7,6 +7,7 @@
 // bottom, new messages and streaming text keep them there; once they scroll up nothing moves
 // (the first message in view stays where it is) and "Jump to latest" appears.
 import { Idiomorph } from "/static/vendor/idiomorph/0.8.0/idiomorph.esm.js";
+import * as pending from "/static/pending.js";
 
 const NEAR_BOTTOM = 24; // px: this close to the end still counts as reading the latest
 let follow = true;
@@ -76,12 +77,17 @@ export function patchMessages(json) {
   const scroller = byId("scroller");
   if (!list || !scroller) return;
   const anchor = follow || opened ? null : anchorOf(scroller, list);
+  // Messages the page drew itself as they were sent (showSending) stay, last, until Python
+  // draws them: the message is in Python's database only a moment later.
+  const sending = [...list.querySelectorAll(":scope > [data-sending]")]
+    .filter((element) => element.dataset.chat === byId("composer-text")?.dataset.chat);
   if (opened) {
     list.replaceChildren();
     follow = true;
   }
   const byKey = new Map();
   for (const element of list.children) byKey.set(element.id, element);
+  for (const element of sending) byKey.set(element.id, element);
   if (order === null) {
     for (const [key, html] of Object.entries(changed)) {
       const element = byKey.get(key);
@@ -100,7 +106,10 @@ export function patchMessages(json) {
       if (element === next) next = next.nextElementSibling;
       else list.insertBefore(element, next);
     }
-    for (const element of byKey.values()) element.remove();
+    for (const element of byKey.values()) {
+      if (sending.includes(element)) list.append(element);
+      else element.remove();
+    }
     byId("earlier").hidden = !earlier;
   }
   for (const [key, [kept, html]] of Object.entries(streams)) streamInto(byId(key), kept, html);
@@ -131,6 +140,40 @@ export function setComposer(json) {
   shown.hidden = note === null;
   shown.innerHTML = note ?? "";
   byId("assistant-choice").hidden = note !== null;
+}
+
+// A message just sent from the composer, drawn by the page itself at once (whatever Python is
+// doing; before it has started, or while it is busy): {id, chat, text}, as "Saving on this
+// device…". Python's own drawing of the message, a moment later, morphs this node in place.
+export function showSending({ id, chat, text }) {
+  const list = byId("messages");
+  if (!list || byId(`m-${id}`) || byId("composer-text")?.dataset.chat !== chat) return;
+  const item = fromHtml(`<li class="message user pending" data-state="saving" data-sending>
+    <div class="bubble"><div class="content"><div class="plain"></div></div></div>
+    <p class="state">Saving on this device…</p><div class="meta"></div></li>`);
+  item.id = `m-${id}`;
+  item.dataset.chat = chat;
+  item.querySelector(".plain").textContent = text;
+  list.append(item);
+  const scroller = byId("scroller");
+  follow = true;
+  scrollTo(scroller, scroller.scrollHeight);
+  showJump(scroller);
+}
+
+// Python did not draw it (it refused the message, or the chat went): the page's drawing goes.
+export function endSending(id) {
+  const item = byId(`m-${id}`);
+  if (item?.hasAttribute("data-sending")) item.remove();
+}
+
+// Text put back into the composer (a message that could not be saved): kept as the draft, as
+// if typed, unless something was typed there since.
+export function restoreText(selector, text) {
+  const box = document.querySelector(selector);
+  if (!box || box.value) return;
+  box.value = text;
+  box.dispatchEvent(new Event("input", { bubbles: true }));
 }
 
 // The composer grows with its text, up to a limit set in CSS (max-height), then scrolls.
@@ -260,6 +303,7 @@ export function remember(account, layout) {
     }
     if (account) localStorage.setItem(RENDER_CURRENT, account);
     else localStorage.removeItem(RENDER_CURRENT);
+    if (!account) pending.clearAll().catch((e) => console.error("drafts not cleared", e));
   } catch {
     return; // no storage: nothing is painted early, the app still works
   }
@@ -287,6 +331,7 @@ export function saveScreen() {
   note?.setAttribute("hidden", "");
   copy.querySelector("#assistant-choice")?.removeAttribute("hidden");
   copy.querySelector("#jump")?.setAttribute("hidden", "");
+  copy.querySelectorAll("[data-sending]").forEach((element) => element.remove()); // (static/pending.js has them)
   const editing = !box.hasAttribute("data-draft");
   copy.querySelector("#composer-text")?.setAttribute("data-draft", "");
   const record = {

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +29,7 @@ from shared.models import (
     RunRequest,
     Session,
 )
-from shared.thread import ROOT, children, path_to
+from shared.thread import ROOT, Step, children, path_to, shown_path
 from webapp import markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
@@ -43,6 +44,14 @@ NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
 
 log = logging.getLogger(__name__)
+
+
+def _uuid(value: object) -> str | None:
+    """An id the page made (a UUID), in its canonical form; None for anything else."""
+    try:
+        return str(uuid.UUID(str(value))) if value else None
+    except ValueError:
+        return None
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
@@ -407,11 +416,13 @@ class Client:
         self.view.toggle_chats(False)
         self.view.focus("#composer-text")
 
-    async def _new_chat(self) -> str:
+    async def _new_chat(self, chat_id: str | None = None) -> str:
         now = self.s.now()
-        chat = Chat(id=self.s.new_id(), title=DEFAULT_TITLE, created_at=now)
+        chat = Chat(id=chat_id or self.s.new_id(), title=DEFAULT_TITLE, created_at=now)
         self.selected, self.editing = chat.id, None
-        self.view.set_composer(chat.id, "", None)  # at once: what is typed from now on is the new chat's
+        # At once: what is typed from now on is the new chat's (the page names a chat it made
+        # itself for a message sent in no chat, and then keeps what is typed there since).
+        self.view.set_composer(chat.id, "" if chat_id is None else None, None)
         await self._submit(EventType.CHAT_CREATED, chat)
         self.redraw(chat_changed=True)
         return chat.id
@@ -425,17 +436,26 @@ class Client:
             self.pane.draw()
 
     async def _on_send(self, data: dict[str, Any]) -> None:
+        """A message from the composer. The page sends its own id for it, and the chat it was
+        written in (``newChat``: a chat that does not exist yet, made with that id), since the
+        page draws and keeps the message before Python has it (static/app.js: sendFromComposer); a
+        message given twice (a reload between the two) is saved once."""
         text = str(data.get("text", "")).strip()
         if not text:
             return
-        if self.editing is not None:
+        if self.editing is not None and "id" not in data:
             await self._send_edit(self.editing, text)
             return
-        draft_of = self.selected or ""  # (the composer of no chat yet keeps its draft under "")
-        chat_id = self.selected or await self._new_chat()
-        path = self.pane.path()
+        message_id = _uuid(data.get("id")) or self.s.new_id()
+        if self.store.message(message_id) is not None:
+            return  # saved already
+        draft_of = str(data.get("chat", self.selected or ""))  # (the composer of no chat yet keeps its draft under "")
+        chat_id = draft_of if self.store.chat(draft_of) else None
+        if chat_id is None:
+            chat_id = await self._new_chat(_uuid(data.get("chat")) if data.get("newChat") else None)
+        path = self._path(chat_id)
         message = Message(
-            id=self.s.new_id(),
+            id=message_id,
             chat_id=chat_id,
             role="user",
             content=text,
@@ -453,6 +473,21 @@ class Client:
         await self.choice.choose(assistant)
         if assistant != NO_ASSISTANT:
             await self._ask(self.choice.get(assistant), message)
+
+    def _path(self, chat_id: str) -> list[Step]:
+        """A chat's shown path (the open chat's is the pane's)."""
+        return shown_path(self.store.links(chat_id), self.store.branch_choices(chat_id))
+
+    async def adopt_drafts(self, kept: dict[str, Any]) -> dict[str, int]:
+        """What the page kept of the composer's text ({chat: {text, at}}; static/pending.js),
+        newer than or as new as the database's drafts: taken in, in one durable write, before the
+        composer is drawn. Returns the entries the page may forget ({chat: at}): empty ones, and
+        those of chats this database does not have (deleted meanwhile, or another account's)."""
+        known = {chat.id for chat in self.store.chats()} | {""}
+        drafts = {chat: str(entry.get("text", "")) for chat, entry in kept.items() if chat in known and isinstance(entry, dict)}
+        if drafts:
+            await self.store.save_drafts(drafts)
+        return {chat: entry.get("at", 0) for chat, entry in kept.items() if not drafts.get(chat) and isinstance(entry, dict)}
 
     async def _ask(self, assistant: Assistant, question: Message) -> None:
         """Whatever the assistant, what it yields is applied the same way: saved and shown at

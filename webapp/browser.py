@@ -240,9 +240,7 @@ class DomView:
             element.focus()
 
     def restore_text(self, selector: str, text: str) -> None:
-        element = js.document.querySelector(selector)
-        if element is not None and not element.value:
-            element.value = text
+        js.chatView.restoreText(selector, text)
 
     def reveal(self, key: str) -> None:
         js.chatView.reveal(key)
@@ -303,6 +301,10 @@ async def main() -> Client:
         task.add_done_callback(_report)
         return task
 
+    # What the page kept of the composer's text (static/pending.js) is taken in before anything
+    # draws the composer.
+    gone = await client.adopt_drafts(json.loads(await js.chatHost.drafts()))
+    js.chatHost.forgetDrafts(json.dumps(gone))
     js.globalThis.chatDispatch = create_proxy(dispatch)
     js.globalThis.chatSource = create_proxy(client.source)
     js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())

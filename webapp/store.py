@@ -166,14 +166,16 @@ class LocalStore(Outbox, Snapshots):
     # --- drafts: what the composer held, per chat ----------------------------------------------
 
     async def save_draft(self, chat_id: str, text: str) -> None:
+        await self.save_drafts({chat_id: text})
+
+    async def save_drafts(self, drafts: dict[str, str]) -> None:
+        """Each chat's draft ("": none), in one durable write."""
         with self._transaction() as conn:
-            if text:
-                conn.execute(
-                    "INSERT INTO drafts VALUES (?, ?) ON CONFLICT (chat_id) DO UPDATE SET text = excluded.text",
-                    (chat_id, text),
-                )
-            else:
-                conn.execute("DELETE FROM drafts WHERE chat_id = ?", (chat_id,))
+            conn.executemany(
+                "INSERT INTO drafts VALUES (?, ?) ON CONFLICT (chat_id) DO UPDATE SET text = excluded.text",
+                [(chat_id, text) for chat_id, text in drafts.items() if text],
+            )
+            conn.executemany("DELETE FROM drafts WHERE chat_id = ?", [(chat_id,) for chat_id, text in drafts.items() if not text])
         await self._durable()
 
     def draft(self, chat_id: str) -> str:

@@ -105,15 +105,50 @@ def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_k
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     expect(page.get_by_role("textbox", name="Message")).to_have_value("typed before Python, and after")
 
-    # A message sent before Python is ready is sent once it is, and leaves the box then.
+    # A message sent before Python is ready shows at once, as being saved, and the box is clear:
+    # a second press sends nothing. Once Python is up, it is saved and sent, once.
     release = _reload_holding_python(page)
     box = page.get_by_role("textbox", name="Message")
     box.fill("")
     box.press_sequentially("sent before Python")
     box.press("Enter")
-    expect(box).to_have_value("sent before Python")  # (kept until it has been sent)
+    sent = page.get_by_role("list", name="Messages").locator("li", has=page.get_by_text("sent before Python", exact=True))
+    expect(sent).to_contain_text("Saving on this device…")
+    expect(box).to_have_value("")
+    box.press("Enter")
+    assert page.evaluate("() => document.body.dataset.ready") is None  # (all of it before Python)
     release()
-    expect(page.get_by_role("list", name="Messages").get_by_text("sent before Python")).to_have_count(1)
+    expect(sent).to_have_count(1)
+    expect(sent).not_to_contain_text("Saving on this device…")
+    expect(box).to_have_value("")
+    page.context.close()
+
+
+def test_a_message_sent_before_python_survives_a_reload_before_python(browser: Browser, server: Server) -> None:
+    """Sent on the painted screen, then the page reloaded before Python had it: the message is
+    shown again at once after the reload, and saved (once) when Python is up."""
+    page = _page(browser, server)
+    open_app(page)
+    sign(page, f"u{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)
+    new_chat(page)
+    _send(page, "The first message")
+    _cache_holds(page, "The first message")
+
+    _reload_holding_python(page)
+    box = page.get_by_role("textbox", name="Message")
+    box.press_sequentially("sent, then reloaded at once")
+    box.press("Enter")
+    messages = page.get_by_role("list", name="Messages")
+    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text("Saving on this device…")
+    release = _reload_holding_python(page)  # (0 ms after the press: localStorage has it)
+    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text("Saving on this device…")
+    release()
+    sent = messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))
+    expect(sent).to_have_count(1)
+    expect(sent).not_to_contain_text("Saving on this device…")
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_have_count(1)
     expect(box).to_have_value("")
     page.context.close()
 
