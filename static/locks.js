@@ -110,7 +110,9 @@ function listen() {
     for (const [name, { token }] of held) {
       try {
         localStorage.setItem(RELEASED + name, token);
-      } catch {} // (no localStorage: the lease expires instead)
+      } catch {
+        // no localStorage: the lease expires instead
+      }
       release(name, token).catch(() => {}); // (often lost when the page goes; the mark is not)
     }
   });

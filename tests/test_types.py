@@ -1,4 +1,5 @@
-"""`mypy --strict` passes on the packages that run on the server (STYLE.md, 9)."""
+"""`mypy --strict` passes on our packages (STYLE.md, 9): the server's, the shared one, and the
+browser's (its `js` and `pyodide` typed by stubs/, as webapp/browser.py uses them)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,37 @@ from pathlib import Path
 from server.config import ROOT
 
 
-def test_shared_and_server_type_check_strictly() -> None:
+def test_shared_server_and_webapp_type_check_strictly() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "shared", "server"],
+        [sys.executable, "-m", "mypy", "--strict", "shared", "server", "webapp"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_browser_globals_are_typed_not_any(tmp_path: Path) -> None:
+    """``js`` is typed by stubs/js.pyi, not ``Any``: a page function called wrongly, a misspelt one
+    and an unknown global are each an error (none would be with ``js`` untyped)."""
+    (tmp_path / "uses_js.py").write_text(
+        "import js\n"
+        "\n"
+        "js.chatView.setHtml('messages')\n"
+        "js.chatView.setHTML('messages', '')\n"
+        "js.notAGlobal.focus()\n"
+        "js.chatView.morph('messages', '')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), "uses_js.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    reported = {int(line.split(":")[1]) for line in done.stdout.splitlines() if line.startswith("uses_js.py:") and ": error:" in line}
+    assert reported == {3, 4, 5}, done.stdout
 
 
 def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handles_it(tmp_path: Path) -> None:

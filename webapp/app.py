@@ -314,9 +314,9 @@ class Client:
         attempt = SignIn(str(data.get("username", "")).strip(), str(data.get("password", "")), data.get("mode") == "signup")
         previous = self.store.account()
         unsent = self.store.pending_count() if previous is not None and previous.username != attempt.username else 0
-        if unsent:
+        if unsent and previous is not None:  # (unsent counts only with a previous account)
             self._signin = attempt
-            self._show_auth(ui.replace_account(previous.username, attempt.username, unsent))  # type: ignore[union-attr]
+            self._show_auth(ui.replace_account(previous.username, attempt.username, unsent))
             return
         await self._sign_in(attempt)
 

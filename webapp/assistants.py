@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
-from shared.models import DomainEvent, EventType, Message, RunRequest
+from shared.models import DomainEvent, EventType, Message, Role, RunRequest
 from webapp import ui
 from webapp.python_tool import run_python
 from webapp.store import LocalStore
@@ -89,11 +89,11 @@ class ToolAssistant:
         reply = self._message(run, "assistant", answer, parent)
         yield self._event(run, EventType.MESSAGE_APPENDED, reply)
 
-    def _message(self, run: RunInput, role: str, content: str, parent_id: str) -> Message:
+    def _message(self, run: RunInput, role: Role, content: str, parent_id: str) -> Message:
         return Message(
             id=run.new_id(),
             chat_id=run.chat_id,
-            role=role,  # type: ignore[arg-type]
+            role=role,
             content=content,
             parent_id=parent_id,
             assistant_id=self.id,

@@ -13,10 +13,10 @@ from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-import js  # type: ignore[import-not-found]
+import js
 from pydantic import TypeAdapter
-from pyodide.ffi import create_once_callable, create_proxy, to_js  # type: ignore[import-not-found]
-from pyodide.http import pyfetch  # type: ignore[import-not-found]
+from pyodide.ffi import create_once_callable, create_proxy, to_js
+from pyodide.http import pyfetch
 
 from shared.assistants import Piece, Turn, UpstreamError, completion_pieces, completion_request
 from shared.ids import Uuid7Generator
@@ -231,6 +231,7 @@ class DomView:
 
     def set_status(self, status: str, text: str) -> None:
         element = js.document.getElementById("status")
+        assert element is not None, "static/index.html has #status"
         element.textContent = text
         element.dataset.state = status
 

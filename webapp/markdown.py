@@ -23,6 +23,7 @@ from html import escape
 from typing import Any
 
 from linkify_it import LinkifyIt
+from linkify_it.main import Match
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
@@ -35,18 +36,21 @@ _REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:", re.MULTILINE)
 _LANGUAGE = re.compile(r"[\w+#.-]{1,40}")
 
 
-class _GfmLinkify(LinkifyIt):  # type: ignore[misc]
+class _GfmLinkify(LinkifyIt):
     """Bare links as GFM makes them: with a scheme, starting with ``www.``, or an email address;
     not every word with a dot (``store.py`` is a file, not a site in Paraguay)."""
 
-    def match(self, text: str) -> list[Any] | None:
-        found: list[Any] = super().match(text) or []
+    def match(self, text: str) -> list[Match] | None:
+        found = super().match(text) or []
         kept = [m for m in found if m.schema or m.raw.lower().startswith("www.")]
         return kept or None
 
 
-def _valid_link(url: str) -> bool:
-    return url.strip().lower().startswith(SAFE_SCHEMES)
+class _SafeMarkdownIt(MarkdownIt):
+    """markdown-it whose links keep only SAFE_SCHEMES (its own check refuses just a few, ``javascript:`` and the like)."""
+
+    def validateLink(self, url: str) -> bool:
+        return url.strip().lower().startswith(SAFE_SCHEMES)
 
 
 @lru_cache(maxsize=64)
@@ -133,11 +137,10 @@ def _cell_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: O
 
 
 def _parser() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"html": False, "linkify": True, "breaks": True, "typographer": False})
+    md = _SafeMarkdownIt("commonmark", {"html": False, "linkify": True, "breaks": True, "typographer": False})
     md.enable(["table", "strikethrough", "linkify"])
     md.use(tasklists_plugin)
     md.linkify = _GfmLinkify(options={"fuzzy_link": True, "fuzzy_email": True})
-    md.validateLink = _valid_link  # type: ignore[method-assign]
     for name, rule in (
         ("fence", _fence),
         ("code_block", _fence),
@@ -205,9 +208,10 @@ class StreamRenderer:
 
     def _keep(self, tail: str, tokens: list[Token], env: dict[str, Any]) -> None:
         complete = tail.count("\n")
-        starts = [i for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0 and t.map]
+        lines = {i: t.map[0] for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0 and t.map}  # top-level blocks' first lines
+        starts = list(lines)
         for position in reversed(starts[1:]):
-            line = tokens[position].map[0]  # type: ignore[index]
+            line = lines[position]
             if line + 2 <= complete:
                 break
         else:

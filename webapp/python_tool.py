@@ -15,7 +15,9 @@ def run_python(code: str) -> str:
     """Run ``code`` here (in the browser: in the Pyodide of static/python-worker.js, not the page's)
     and return what it printed, and the value of its last line if that is an expression."""
     tree = ast.parse(code, mode="exec")
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    if last is not None:
+        tree.body.pop()
     namespace: dict[str, Any] = {"__name__": "__tool__"}
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
