@@ -19,7 +19,7 @@ from server.assistants import load_assistants
 from server.compactor import run_compactor
 from server.config import Settings
 from server.db import open_database
-from server.errors import ERRORS, HTTP_CODES, ApiError, translated
+from server.errors import ERRORS, HTTP_CODES, OTHER_CODE, ApiError, translated
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener, publish_delta, publish_end
 from server.headers import SecurityHeaders, content_security_policy, security_headers
@@ -130,7 +130,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     @app.errorhandler(HTTPException)
     async def _http_error(error: HTTPException) -> Response:
         status = error.code or 500
-        code = HTTP_CODES.get(status, "error")
+        code = HTTP_CODES.get(status, OTHER_CODE)
         return ApiError(status, code, error.description or code).response()
 
     async def _translated(error: Exception) -> Response:

@@ -57,7 +57,7 @@ class Assistant:
     model: Model
 
     def public(self) -> dict[str, str]:
-        """As ``GET /assistants`` lists it (PROTOCOL.md)."""
+        """As ``GET /assistants`` lists it (docs/protocol.md, "GET /assistants")."""
         return {"id": self.config.id, "name": self.config.name, "kind": "remote", "model": self.config.model}
 
 

@@ -1,4 +1,4 @@
-"""Every error the API answers is JSON (PROTOCOL.md, "Conventions"): ``{"error": code, "message":
+"""Every error the API answers is JSON (docs/protocol.md, "Errors", lists every code): ``{"error": code, "message":
 sentence, ...extra}``. A route raises ``ApiError`` for what it checks itself; what the layers below
 raise becomes an answer through one table, ``ERRORS`` (exception type -> status, code, sentence),
 tested as a table in tests/server/test_error_table.py."""
@@ -30,6 +30,8 @@ HTTP_CODES = {
     429: "rate_limited",
     503: "unavailable",
 }
+# The code of any other status (a 500: a failure nothing above expected).
+OTHER_CODE = "error"
 
 
 class ApiError(Exception):

@@ -259,7 +259,7 @@ class SqlEventStore:
     # --- compaction ----------------------------------------------------------------------------
 
     async def compact(self, account_id: str, retention_seconds: float, grace_seconds: float) -> CompactionResult:
-        """One pass over an account's log (PROTOCOL.md, difference 3).
+        """One pass over an account's log (docs/protocol.md, "Deliberate differences from the seed", 3).
 
         1. Superseded events older than the grace period go: a non-delete event of an entity that
            a later full event or delete replaced, or of a message whose chat was deleted later.

@@ -335,7 +335,7 @@ async def follow(
     cursor: int,
     ping_seconds: float,
 ) -> None:
-    """One live socket (PROTOCOL.md, WS /sync/live): the backlog after ``cursor``, ``caughtUp``,
+    """One live socket (docs/protocol.md, "WS /sync/live"): the backlog after ``cursor``, ``caughtUp``,
     then every new event as it commits, pings while idle. Every event comes from the store after
     the socket's own cursor, so the stream has no gap and no duplicate."""
     mailbox = hub.subscribe(account_id, cursor)  # before the backlog read: no commit slips between

@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 description of the HTTP API (PROTOCOL.md), built from the wire models."""
+"""The OpenAPI 3.1 description of the HTTP API (docs/protocol.md), built from the wire models."""
 
 from __future__ import annotations
 
@@ -36,6 +36,13 @@ class Submit(BaseModel):
 
 
 MAX_INT = 2**53 - 1  # the largest integer every JSON client reads exactly
+
+# The contract itself (the events and their effects, every error code, WS /sync/live, which
+# OpenAPI cannot describe) is the repository's docs/protocol.md.
+DESCRIPTION = (
+    "The sync API of the offline-first chat. Its contract, with the events and their effects, every error code and"
+    " WS /sync/live (not described here), is docs/protocol.md in the repository."
+)
 
 ERRORS = {
     400: "Malformed JSON or a bad parameter",
@@ -103,7 +110,7 @@ def openapi() -> dict[str, Any]:
         "info": {
             "title": "Offline-first chat: sync API",
             "version": "1",
-            "description": "The wire contract of PROTOCOL.md. WS /sync/live is described there.",
+            "description": DESCRIPTION,
         },
         "components": {
             "schemas": definitions["$defs"],

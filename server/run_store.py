@@ -58,7 +58,7 @@ class RunRecord:
     upstream_calls: int  # how often the model was asked (once per run; not shown by GET /runs)
 
     def summary(self) -> RunSummary:
-        """The run as GET /runs shows it (PROTOCOL.md)."""
+        """The run as GET /runs shows it (docs/protocol.md, "GET /runs")."""
         return RunSummary.model_validate(  # (validated: the status is one of Status)
             {
                 "run_id": self.id,

@@ -1,6 +1,6 @@
 """The event store contract (``server/event_store.py`` implements it over both backends).
 
-Guarantees every backend keeps (the seed spec's invariants, PROTOCOL.md):
+Guarantees every backend keeps (the seed spec's invariants, docs/protocol.md):
 
 * Each account has its own log. ``seq`` is per account, gapless and strictly increasing, and
   commit order equals seq order: the log head is a row in ``logs`` that every append updates in

@@ -1,4 +1,4 @@
-"""Assistants are event generators (ARCHITECTURE.md): ``Assistant.run(input)`` yields the
+"""Assistants are event generators (README.md, "How it works"): ``Assistant.run(input)`` yields the
 DomainEvents of an answer (checkpoints of the growing reply, tool calls, the final message), and
 whoever runs it applies them the way it applies any event. A language model behind an assistant
 is a ``Model``: the conversation in, pieces of text out, and at the end what the call cost.

@@ -1,4 +1,4 @@
-"""The wire contract of PROTOCOL.md as pydantic models: camelCase on the wire, snake_case in Python."""
+"""The wire contract of docs/protocol.md as pydantic models: camelCase on the wire, snake_case in Python."""
 
 from __future__ import annotations
 
@@ -264,8 +264,8 @@ class StateResponse(Wire):
     up_to_seq: int
     current_seq: int
     next_page: str | None = None
-    # An addition to PROTOCOL.md: on the first page (no ``page``), how many rows (chats and
-    # messages) the whole snapshot holds, for a client's progress; null on later pages.
+    # On the first page (no ``page``), how many rows (chats and messages) the whole snapshot
+    # holds, for a client's progress; null on later pages (docs/protocol.md, "GET /sync/state").
     total: int | None = None
 
 

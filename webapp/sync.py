@@ -1,4 +1,4 @@
-"""The client half of the sync protocol (seed spec 5.2 over PROTOCOL.md).
+"""The client half of the sync protocol (seed spec 5.2 over docs/protocol.md).
 
 Loop: pull the updates after our cursor, push the outbox, then follow the live socket; on any
 failure wait with exponential backoff and jitter and start over. What the user sees as the

@@ -1,4 +1,4 @@
-"""Accounts: sign-up, login and logout (PROTOCOL.md, "Accounts and devices"). A session is a
+"""Accounts: sign-up, login and logout (docs/protocol.md, "Accounts and devices"). A session is a
 bearer token for any client and, for the browser, the same token in an HttpOnly cookie."""
 
 from __future__ import annotations

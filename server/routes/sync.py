@@ -1,4 +1,4 @@
-"""Sync: submitting events, reading the log and the state, and the live socket (PROTOCOL.md).
+"""Sync: submitting events, reading the log and the state, and the live socket (docs/protocol.md, "Endpoints").
 What a commit wakes (live sockets, the run worker) is the store's ``on_commit`` hook's business
 (server/app.py), not the route's."""
 

@@ -1,4 +1,4 @@
-"""The HTTP API of PROTOCOL.md, in-process (Quart's test client), on SQLite and PostgreSQL alike."""
+"""The HTTP API of docs/protocol.md, in-process (Quart's test client), on SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 

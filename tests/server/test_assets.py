@@ -97,5 +97,6 @@ async def test_the_openapi_description_and_its_docs_page(client: Client) -> None
         spec["paths"]
     )
     assert "DomainEvent" in spec["components"]["schemas"]
+    assert "docs/protocol.md" in spec["info"]["description"] and (ROOT / "docs/protocol.md").is_file()  # the contract
     page = (await (await client.get("/docs")).get_data()).decode()
     assert "/openapi.json" in page and not re.search(r"https?://", page)  # nothing from elsewhere

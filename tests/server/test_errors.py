@@ -1,4 +1,4 @@
-"""The error codes of PROTOCOL.md that need a particular setting or state to reach."""
+"""The error codes of docs/protocol.md ("Errors") that need a particular setting or state to reach."""
 
 from __future__ import annotations
 

@@ -3,8 +3,10 @@ needs and no inline script, and the session cookie is Secure exactly when the re
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ from server.config import ROOT, Settings
 from server.headers import content_security_policy
 from server.help import HOME_NETWORK, help_page
 from server.openapi import DOCS_PAGE
+from tests.processes import Server
+from tests.server.conftest import bearer, signup
 
 CREDENTIALS = {"username": "alice", "password": "correct horse"}
 
@@ -58,6 +62,99 @@ async def test_every_kind_of_response_carries_the_headers(client: Client) -> Non
     again = await client.get("/static/app.js", headers={"If-None-Match": first.headers["ETag"]})
     assert again.status_code == 304
     assert_secured(again.headers, "a 304")
+
+
+# --- each header once -----------------------------------------------------------------------
+
+# The one header HTTP lets a response repeat (a cookie each); every other one is sent once.
+REPEATABLE = {"set-cookie"}
+
+
+def repeated(headers: Iterable[tuple[str, str]]) -> list[str]:
+    """What a response's raw header list repeats: a name sent twice, or a value that is a list
+    holding one item twice (``nosniff, nosniff``: two copies folded into one)."""
+    problems, seen = [], set()
+    for name, value in headers:
+        if name.lower() in REPEATABLE:
+            continue
+        if name.lower() in seen:
+            problems.append(f"{name} is sent twice")
+        seen.add(name.lower())
+        items = [item.strip().lower() for item in value.split(",")]
+        if len(items) != len(set(items)):
+            problems.append(f"{name}: {value!r} repeats itself")
+    return problems
+
+
+def test_a_repeated_header_is_found() -> None:
+    """(The check below can fail.)"""
+    assert repeated([("X-Content-Type-Options", "nosniff"), ("x-content-type-options", "nosniff")]) == [
+        "x-content-type-options is sent twice"
+    ]
+    assert repeated([("X-Content-Type-Options", "nosniff, nosniff")]) == [
+        "X-Content-Type-Options: 'nosniff, nosniff' repeats itself"
+    ]
+    assert repeated([("Vary", "Accept-Encoding"), ("Cache-Control", "public, max-age=1, immutable")]) == []
+
+
+# (method, path, body, signed in, the status expected)
+REPRESENTATIVE: list[tuple[str, str, str | None, bool, int]] = [
+    ("GET", "/", None, False, 200),
+    ("GET", "/static/app.js", None, False, 200),
+    ("GET", "/healthz", None, False, 200),
+    ("GET", "/no/such/page", None, False, 404),
+    ("GET", "/static/nothing.js", None, False, 404),
+    ("GET", "/sync/updates", None, True, 200),
+    ("GET", "/openapi.json", None, False, 200),
+    ("GET", "/sync/updates", None, False, 401),
+    ("POST", "/auth/signup", "{", False, 400),
+    ("DELETE", "/healthz", None, False, 405),
+]
+
+
+async def test_each_security_header_is_sent_once(client: Client) -> None:
+    auth = bearer(await signup(client))
+    for method, path, body, signed_in, status in REPRESENTATIVE:
+        response = await client.open(path, method=method, data=body, headers=auth if signed_in else {})
+        assert response.status_code == status, (method, path)
+        assert repeated(response.headers.items()) == [], (method, path)
+        for name in ("Content-Security-Policy", "X-Content-Type-Options", "Referrer-Policy"):
+            assert len(response.headers.getlist(name)) == 1, (method, path, name)
+    accept = {"Accept-Encoding": "br, gzip"}
+    compressed = await client.get("/static/app.js", headers=accept)
+    again = await client.get("/static/app.js", headers={**accept, "If-None-Match": compressed.headers["ETag"]})
+    assert again.status_code == 304
+    for response in (compressed, again):
+        assert repeated(response.headers.items()) == []
+    with pytest.raises(WebsocketResponseError) as refused:
+        async with client.websocket("/no/such/socket") as socket:
+            await socket.receive()
+    assert repeated(refused.value.response.headers.items()) == []
+
+
+def test_each_security_header_is_sent_once_by_hypercorn(tmp_path: Path) -> None:
+    """The same over a real server process: the headers as they go over the wire."""
+    server = Server(f"sqlite:///{tmp_path / 'chat.db'}", tmp_path / "server.log")
+    server.start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        connection.request("POST", "/auth/signup", body='{"username": "alice", "password": "correct horse"}')
+        session = connection.getresponse()
+        assert session.status == 201
+        token = json.loads(session.read())["token"]
+        for method, path, body, signed_in, status in REPRESENTATIVE:
+            headers = {"Authorization": f"Bearer {token}"} if signed_in else {}
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == status, (method, path)
+            raw = response.getheaders()  # every header line, in order, as sent
+            assert repeated(raw) == [], (method, path)
+            names = [name.lower() for name, _ in raw]
+            for name in ("content-security-policy", "x-content-type-options", "referrer-policy"):
+                assert names.count(name) == 1, (method, path, name)
+    finally:
+        server.stop()
 
 
 async def test_a_websocket_refused_before_its_handshake_carries_them(client: Client) -> None:
