@@ -28,7 +28,7 @@ from webapp.transport import AssistantInfo, NetworkError, ServerError, Transport
 LOCAL_TOOLS_ID = "local-tools"
 DEVICE_MODEL_ID = "on-device"
 # Until the server has told us its assistants (a first start offline): the one every server has.
-DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
+DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo model (on the server)", kind="remote", model="demo")]
 
 
 class RemoteAssistant:
