@@ -31,6 +31,8 @@ class Turn:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    # The model's own counts are estimates, not a tokenizer's (the demo model counts words).
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,9 @@ def turns_of(history: list[Message]) -> list[Turn]:
 
 @dataclass
 class DemoModel:
-    """The built-in offline model: no network, no key. It answers readably, a word at a time at
-    about a person's reading pace, and reports a token count like a real service."""
+    """The built-in demo model: no network, no key (the server runs it). It answers readably, a
+    word at a time at about a person's reading pace, and reports a token count as a real service
+    does, but counted in words: its usage says it is an estimate."""
 
     seconds_per_word: float = 0.05
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
@@ -115,14 +118,14 @@ class DemoModel:
             await self.sleep(self.seconds_per_word)
             yield Piece(text=word if i == 0 else " " + word)
         prompt = sum(len(t.content.split()) for t in turns)
-        yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words)))
+        yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words), estimated=True))
 
 
 def demo_answer(question: str, turn: int) -> str:
     topic = " ".join(question.split()[:12]) or "nothing yet"
     return (
-        f"This is the built-in demo assistant, answering message {turn} of this chat. You wrote: "
-        f"\u201c{topic}\u201d. I run on the server with no network and no model behind me, so I "
+        f"This is the built-in demo model, answering message {turn} of this chat. You wrote: "
+        f"\u201c{topic}\u201d. I run on the server with no network and no language model behind me, so I "
         "cannot really think about it, but the way this answer reaches you is real: it streams word "
         "by word, it is saved as it grows, and if you close the tab or lose the connection now, the "
         "server keeps writing it and you will find it complete when you come back. Configure an "

@@ -152,7 +152,9 @@ def _branches(step: Step | None) -> str:
 def _usage(info: RunSummary | None) -> str:
     if info is None or info.completion_tokens is None:
         return ""
-    if info.usage_reported:
+    if info.usage_reported and info.usage_estimated:  # (the demo model's: words, counted)
+        text = f"about {info.prompt_tokens} + {info.completion_tokens} tokens (estimated)"
+    elif info.usage_reported:
         text = f"{info.prompt_tokens} + {info.completion_tokens} tokens"
     else:
         text = f"about {info.completion_tokens} tokens (counted here: the service did not say)"

@@ -206,5 +206,5 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
         shown = view.messages
         assert "The assistant could not answer: there is no assistant &#x27;nobody&#x27; on this server." in shown
         demo_usage = [i for i in client.store.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
-        assert [i.usage_reported for i in demo_usage] == [True]
-        assert f"{demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens" in shown
+        assert [(i.usage_reported, i.usage_estimated) for i in demo_usage] == [(True, True)]  # (it counts words)
+        assert f"about {demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens (estimated)" in shown
