@@ -173,7 +173,11 @@ def completion_pieces(data: str) -> list[Piece] | None:
 
 class ModelAssistant:
     """An assistant that is a model, run where the client is (say, Ollama on this computer): the
-    reply is written as it streams, a checkpoint about once a second, the end status last."""
+    reply is written as it streams, a checkpoint about once a second, the end status last. When
+    the model fails, why (the ``UpstreamError``'s sentence) follows as a message of its own, an
+    ``error`` answering the reply: a Message has no field for it, and a run of the server, whose
+    reason GET /runs gives, does not exist here. So it is in the log, and every device shows it
+    with the reply (webapp/pane.py)."""
 
     def __init__(self, assistant_id: str, name: str, model: Model, checkpoint_seconds: float = 1.0) -> None:
         self.id = assistant_id
@@ -194,6 +198,7 @@ class ModelAssistant:
         )
         yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
         content, status, last = "", "completed", time.monotonic()
+        reason: str | None = None
         stream = self.model.stream(turns_of(run.history))
         try:
             async for piece in stream:
@@ -204,13 +209,25 @@ class ModelAssistant:
                 if time.monotonic() - last >= self.checkpoint_seconds:
                     last = time.monotonic()
                     yield self._edit(run, reply, "streaming", content)
-        except UpstreamError:
-            status = "failed_upstream"
+        except UpstreamError as e:
+            status, reason = "failed_upstream", str(e) or "the model failed without saying why"
         finally:
             await stream.aclose()
         yield self._edit(run, reply, status, content)
+        if reason is not None:
+            why = failure_message(reply, reason, run.new_id, run.now)
+            yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=why, created_at=run.now())
 
     @staticmethod
     def _edit(run: RunInput, reply: Message, status: str, content: str) -> DomainEvent:
         edited = reply.model_copy(update={"status": status, "content": content})
         return DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=run.now())
+
+
+def failure_message(reply: Message, reason: str, new_id: Callable[[], str], now: Callable[[], str]) -> Message:
+    """Why a reply written where the client is ended ``failed_upstream``: an ``error`` message
+    answering it, in its chat, by its assistant."""
+    return Message(
+        id=new_id(), chat_id=reply.chat_id, role="error", content=reason, parent_id=reply.id,
+        assistant_id=reply.assistant_id, created_at=now(),
+    )  # fmt: skip

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,12 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.assistants import RunInput
+from shared.assistants import Piece, RunInput, Turn, UpstreamError
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
 from tests.waiting import until
 from tests.webapp.devices import Device, T, signup
+from webapp import device_model
 from webapp.assistants import LOCAL_TOOLS_ID, ToolAssistant, choose_tool
 from webapp.python_tool import MAX_ERROR, MAX_OUTPUT, run_python
 
@@ -170,12 +172,16 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     client.store.conn.execute("UPDATE messages SET status = 'streaming' WHERE id = ?", (reply_id,))
     client.stop()
     client.store.close()
-    reloaded, _ = client_on(tmp_path / "local.db")
+    reloaded, view = client_on(tmp_path / "local.db")
     reloaded.start()
     ended = await until(lambda: (m := reloaded.store.message(reply_id)) is not None and m.status != "streaming" and m,
                         "the reply is still streaming")
     reloaded.stop()
     assert ended.status == "failed_upstream"
+    [why] = [m for m in reloaded.store.messages(ended.chat_id) if m.parent_id == reply_id]
+    assert (why.role, why.content) == ("error", "the page was closed or reloaded while this answer was being written")
+    reloaded.redraw()
+    assert "The assistant could not answer: the page was closed or reloaded while this answer was being written." in view.messages
 
 
 async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path) -> None:
@@ -208,3 +214,48 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
         demo_usage = [i for i in client.store.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
         assert [(i.usage_reported, i.usage_estimated) for i in demo_usage] == [(True, True)]  # (it counts words)
         assert f"about {demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens (estimated)" in shown
+
+
+class UnreachableModel:
+    """What webapp/browser.py's FetchModel does when nothing listens at its address: a fetch that
+    rejects, raised as the sentence of webapp/device_model.py."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        raise UpstreamError(device_model.unreachable(self.url))
+        yield Piece()  # (a generator, as every model's stream)
+
+
+async def test_why_a_model_on_this_device_failed_is_shown_here_and_on_the_other_device(app: Quart, tmp_path: Path) -> None:
+    from tests.webapp.page import FakePage
+    from webapp.app import Client, Services
+    from webapp.assistants import DEVICE_MODEL_ID
+
+    token = await signup(app)
+    device, other = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    view = FakePage()
+    client = Client(Services(device.store, view, None, device.transport, new_id, lambda: T,  # type: ignore[arg-type]
+                             device_model=UnreachableModel))  # fmt: skip
+    client.engine = device.engine
+    await client.dispatch("new-chat", {})
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:9/v1", "model": "tiny"})
+    await client.dispatch("send", {"text": "hi", "assistant": DEVICE_MODEL_ID})
+    said = (
+        "The assistant could not answer: http://127.0.0.1:9/v1/chat/completions could not be reached: check that "
+        "the model&#x27;s server is running at that address and that it allows this page&#x27;s origin (CORS)."
+    )
+    view.paint()
+    assert said in view.messages and "The assistant could not answer." not in view.messages
+    assert 'class="message error' not in view.messages  # (said by the reply, not a message of its own)
+    [question, reply, error] = device.store.messages(client.selected or "")
+    assert (reply.role, reply.status, error.role, error.parent_id) == ("assistant", "failed_upstream", "error", reply.id)
+
+    await device.sync()  # ...and it is in the log: another device shows it too
+    await other.sync()
+    elsewhere = FakePage()
+    seen = Client(Services(other.store, elsewhere, None, other.transport, new_id, lambda: T))  # type: ignore[arg-type]
+    await seen.dispatch("select-chat", {"id": client.selected})
+    elsewhere.paint()
+    assert said in elsewhere.messages
