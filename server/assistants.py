@@ -1,5 +1,5 @@
 """The server's assistants: which exist (configured in one JSON file or env var), and the models
-behind them: the built-in offline demo, or any OpenAI-compatible chat-completions service with
+behind them: the built-in demo model (no network, no key), or any OpenAI-compatible chat-completions service with
 streaming (OpenRouter, vLLM, Ollama, llama.cpp, ...).
 
 Configuration, a JSON list (``--assistants-file`` / ``CHAT_ASSISTANTS_FILE``, or the text itself in
@@ -8,8 +8,8 @@ Configuration, a JSON list (``--assistants-file`` / ``CHAT_ASSISTANTS_FILE``, or
     [{"id": "llama", "name": "Llama 3 (Ollama)", "provider": "openai",
       "baseUrl": "http://127.0.0.1:11434/v1", "model": "llama3", "apiKeyEnv": "OLLAMA_KEY"}]
 
-Without configuration there is one assistant, ``demo`` (provider ``demo``), so the app works
-offline with nothing set up.
+Without configuration there is one assistant, ``demo`` (provider ``demo``), so the app works with
+nothing set up and no network beyond the server.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class AssistantConfig(BaseModel):
     api_key_env: str | None = None
 
 
-DEFAULT = [AssistantConfig(id="demo", name="Demo assistant (offline)", provider="demo", model="demo")]
+# The one assistant of a server with no configuration: it needs no network and no key, but it
+# answers on the server (a browser that cannot reach the server gets no answer from it).
+DEFAULT = [AssistantConfig(id="demo", name="Demo model (on the server)", provider="demo", model="demo")]
 
 
 @dataclass(frozen=True)

@@ -83,4 +83,13 @@ def _runs(dialect: Dialect) -> list[str]:
     ]
 
 
-MIGRATIONS: list[Migration] = [Migration("0001_initial", _initial), Migration("0002_runs", _runs)]
+def _runs_usage_estimated(dialect: Dialect) -> list[str]:
+    # Whether the usage the upstream reported is its estimate (the demo model counts words).
+    return ["ALTER TABLE runs ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0"]
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("0001_initial", _initial),
+    Migration("0002_runs", _runs),
+    Migration("0003_runs_usage_estimated", _runs_usage_estimated),
+]

@@ -56,6 +56,7 @@ class RunRecord:
     completion_tokens: int | None
     usage_reported: bool
     upstream_calls: int  # how often the model was asked (once per run; not shown by GET /runs)
+    usage_estimated: bool = False  # (the reported usage is the model's estimate)
 
     def summary(self) -> RunSummary:
         """The run as GET /runs shows it (docs/protocol.md, "GET /runs")."""
@@ -69,6 +70,7 @@ class RunRecord:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "usage_reported": self.usage_reported,
+                "usage_estimated": self.usage_estimated,
             }
         )
 
@@ -89,7 +91,8 @@ class RunStore(Protocol):
         self, run: Run, owner: str, status: str, *, usage: Usage | None, reported: bool, error: str | None, now: datetime
     ) -> None:
         """End the run, if ``owner`` still holds it: its status, usage (``reported``: as the
-        upstream said, rather than counted here), error, and when."""
+        upstream said, rather than counted here; ``usage.estimated``: the upstream's own
+        estimate), error, and when."""
 
     async def chat_runs(self, account_id: str, chat_id: str) -> list[RunRecord]:
         """A chat's runs, oldest request first."""
@@ -157,13 +160,14 @@ class SqlRunStore:
         async with self._db.transaction(write=True) as tx:
             await tx.execute(
                 """UPDATE runs SET status = ?, error = ?, prompt_tokens = ?, completion_tokens = ?,
-                    usage_reported = ?, finished_at = ?, lease_owner = NULL
+                    usage_reported = ?, usage_estimated = ?, finished_at = ?, lease_owner = NULL
                 WHERE account_id = ? AND id = ? AND lease_owner = ?""",
                 status,
                 error,
                 None if usage is None else usage.prompt_tokens,
                 None if usage is None else usage.completion_tokens,
                 int(reported),
+                int(usage is not None and usage.estimated),
                 format_time(now),
                 run.account_id,
                 run.id,
@@ -174,7 +178,7 @@ class SqlRunStore:
         async with self._db.transaction() as tx:
             rows = await tx.fetchall(
                 """SELECT id, message_id, assistant_id, status, error, prompt_tokens, completion_tokens,
-                    usage_reported, upstream_calls
+                    usage_reported, upstream_calls, usage_estimated
                 FROM runs WHERE account_id = ? AND chat_id = ? ORDER BY requested_seq""",
                 account_id,
                 chat_id,
@@ -184,6 +188,7 @@ class SqlRunStore:
             RunRecord(
                 text(r[0]), text(r[1]), text(r[2]), text(r[3]), optional_text(r[4]), optional_integer(r[5]),
                 optional_integer(r[6]), usage_reported=bool(r[7]), upstream_calls=integer(r[8]),
+                usage_estimated=bool(r[9]),
             )
             for r in rows
         ]  # fmt: skip

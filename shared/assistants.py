@@ -31,6 +31,8 @@ class Turn:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    # The model's own counts are estimates, not a tokenizer's (the demo model counts words).
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,9 @@ def turns_of(history: list[Message]) -> list[Turn]:
 
 @dataclass
 class DemoModel:
-    """The built-in offline model: no network, no key. It answers readably, a word at a time at
-    about a person's reading pace, and reports a token count like a real service."""
+    """The built-in demo model: no network, no key (the server runs it). It answers readably, a
+    word at a time at about a person's reading pace, and reports a token count as a real service
+    does, but counted in words: its usage says it is an estimate."""
 
     seconds_per_word: float = 0.05
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
@@ -115,14 +118,14 @@ class DemoModel:
             await self.sleep(self.seconds_per_word)
             yield Piece(text=word if i == 0 else " " + word)
         prompt = sum(len(t.content.split()) for t in turns)
-        yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words)))
+        yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words), estimated=True))
 
 
 def demo_answer(question: str, turn: int) -> str:
     topic = " ".join(question.split()[:12]) or "nothing yet"
     return (
-        f"This is the built-in demo assistant, answering message {turn} of this chat. You wrote: "
-        f"\u201c{topic}\u201d. I run on the server with no network and no model behind me, so I "
+        f"This is the built-in demo model, answering message {turn} of this chat. You wrote: "
+        f"\u201c{topic}\u201d. I run on the server with no network and no language model behind me, so I "
         "cannot really think about it, but the way this answer reaches you is real: it streams word "
         "by word, it is saved as it grows, and if you close the tab or lose the connection now, the "
         "server keeps writing it and you will find it complete when you come back. Configure an "
@@ -170,7 +173,11 @@ def completion_pieces(data: str) -> list[Piece] | None:
 
 class ModelAssistant:
     """An assistant that is a model, run where the client is (say, Ollama on this computer): the
-    reply is written as it streams, a checkpoint about once a second, the end status last."""
+    reply is written as it streams, a checkpoint about once a second, the end status last. When
+    the model fails, why (the ``UpstreamError``'s sentence) follows as a message of its own, an
+    ``error`` answering the reply: a Message has no field for it, and a run of the server, whose
+    reason GET /runs gives, does not exist here. So it is in the log, and every device shows it
+    with the reply (webapp/pane.py)."""
 
     def __init__(self, assistant_id: str, name: str, model: Model, checkpoint_seconds: float = 1.0) -> None:
         self.id = assistant_id
@@ -191,6 +198,7 @@ class ModelAssistant:
         )
         yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
         content, status, last = "", "completed", time.monotonic()
+        reason: str | None = None
         stream = self.model.stream(turns_of(run.history))
         try:
             async for piece in stream:
@@ -201,13 +209,25 @@ class ModelAssistant:
                 if time.monotonic() - last >= self.checkpoint_seconds:
                     last = time.monotonic()
                     yield self._edit(run, reply, "streaming", content)
-        except UpstreamError:
-            status = "failed_upstream"
+        except UpstreamError as e:
+            status, reason = "failed_upstream", str(e) or "the model failed without saying why"
         finally:
             await stream.aclose()
         yield self._edit(run, reply, status, content)
+        if reason is not None:
+            why = failure_message(reply, reason, run.new_id, run.now)
+            yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=why, created_at=run.now())
 
     @staticmethod
     def _edit(run: RunInput, reply: Message, status: str, content: str) -> DomainEvent:
         edited = reply.model_copy(update={"status": status, "content": content})
         return DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=run.now())
+
+
+def failure_message(reply: Message, reason: str, new_id: Callable[[], str], now: Callable[[], str]) -> Message:
+    """Why a reply written where the client is ended ``failed_upstream``: an ``error`` message
+    answering it, in its chat, by its assistant."""
+    return Message(
+        id=new_id(), chat_id=reply.chat_id, role="error", content=reason, parent_id=reply.id,
+        assistant_id=reply.assistant_id, created_at=now(),
+    )  # fmt: skip

@@ -246,6 +246,9 @@ class RunSummary(Wire):
     prompt_tokens: int | None
     completion_tokens: int | None
     usage_reported: bool
+    # The counts the model reported are its estimates (the demo model counts words), not a
+    # tokenizer's. An addition to PROTOCOL.md; absent (from an older server): false.
+    usage_estimated: bool = False
 
 
 class UpdatesResponse(Wire):

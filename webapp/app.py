@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from shared.assistants import Assistant, Model, RunInput
+from shared.assistants import Assistant, Model, RunInput, failure_message
 from shared.models import (
     ENDED,
     UNFINISHED,
@@ -30,7 +30,7 @@ from shared.models import (
     Session,
 )
 from shared.thread import ROOT, Step, children, path_to, shown_path
-from webapp import markdown, message_html, ui
+from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
 from webapp.outbox import Rejection
@@ -523,9 +523,12 @@ class Client:
         return [rows[i] for i in chain if i in rows]
 
     async def _end_orphaned_local_replies(self) -> None:
-        """Replies this device was writing when the page went away: their model call died with it."""
+        """Replies this device was writing when the page went away: their model call died with it
+        (and the reply says so, as it says any other reason it failed)."""
         for reply in self.store.unfinished_local_replies():
             await self._submit(EventType.MESSAGE_EDITED, reply.model_copy(update={"status": "failed_upstream"}))
+            why = failure_message(reply, device_model.page_closed(), self.s.new_id, self.s.now)
+            await self._submit(EventType.MESSAGE_APPENDED, why)
         self.redraw()
 
     async def _on_stop_run(self, data: dict[str, Any]) -> None:

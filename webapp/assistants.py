@@ -12,10 +12,7 @@ and the client applies them all the same way (through the outbox, so other devic
 
 from __future__ import annotations
 
-import ast
 import json
-import math
-import operator
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -23,14 +20,15 @@ from typing import Any, Protocol
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import DomainEvent, EventType, Message, Role, RunRequest
 from webapp import ui
-from webapp.python_tool import run_python
+from webapp.calculator import CalculationError, calculate, parse
+from webapp.python_tool import MAX_ERROR, cut, run_python
 from webapp.store import LocalStore
 from webapp.transport import AssistantInfo, NetworkError, ServerError, Transport, Unauthorized
 
 LOCAL_TOOLS_ID = "local-tools"
 DEVICE_MODEL_ID = "on-device"
 # Until the server has told us its assistants (a first start offline): the one every server has.
-DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo assistant (offline)", kind="remote", model="demo")]
+DEFAULT_ASSISTANTS = [AssistantInfo(id="demo", name="Demo model (on the server)", kind="remote", model="demo")]
 
 
 class RemoteAssistant:
@@ -48,7 +46,12 @@ class RemoteAssistant:
 class ToolAssistant:
     """Which tool, from the question: a ```python block (or a question starting "python:" / "run:")
     runs as Python; arithmetic ("2 * (3 + 4)", "calc: sqrt(2)") goes to the calculator; anything
-    else gets a short answer saying what it can do."""
+    else gets a short answer saying what it can do.
+
+    Every tool is bounded: the calculator refuses, before it starts, what would take it long
+    (webapp/calculator.py: it runs on the page's thread); Python runs in a worker stopped after
+    20 s (webapp/browser.py); and what any tool answers, or fails with, is cut to
+    ``MAX_OUTPUT`` / ``MAX_ERROR`` characters before it is a message."""
 
     id = LOCAL_TOOLS_ID
     name = "Local helper (offline, tools)"
@@ -69,11 +72,12 @@ class ToolAssistant:
             call = self._message(run, "tool_call", json.dumps({"tool": tool, "input": source}), parent)
             yield self._event(run, EventType.TOOL_CALL_REQUESTED, call)
             try:
-                result = await self.tools[tool](source)
+                result = cut(await self.tools[tool](source))
             except Exception as error:  # the tool's failure is the answer's subject, not a crash
-                failed = self._message(run, "error", f"{type(error).__name__}: {error}", call.id)
+                reason = cut(str(error), MAX_ERROR)
+                failed = self._message(run, "error", f"{type(error).__name__}: {reason}", call.id)
                 yield self._event(run, EventType.TOOL_CALL_FAILED, failed)
-                answer = f"The {tool} could not do that: {error}"
+                answer = f"The {tool} could not do that: {reason}"
                 parent = failed.id
             else:
                 done = self._message(run, "tool_result", result, call.id)
@@ -200,50 +204,11 @@ def choose_tool(text: str) -> tuple[str | None, str]:
     expression = stripped.rstrip("=?").strip()
     if expression and any(c.isdigit() for c in expression) and _ARITHMETIC.match(expression.lower()):
         try:
-            calculate(expression)
-        except Exception:
+            parse(expression)  # (only looked at: what it does is the tool's answer, or its failure)
+        except CalculationError:
             return None, ""
         return "calculator", expression
     return None, ""
-
-
-_OPERATORS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-    ast.USub: operator.neg, ast.UAdd: operator.pos,
-}
-_FUNCTIONS: dict[str, Any] = {
-    name: getattr(math, name)
-    for name in ("sqrt", "sin", "cos", "tan", "log", "log10", "exp", "floor", "ceil", "factorial", "pi", "e", "tau")
-} | {"abs": abs, "round": round, "min": min, "max": max}
-
-
-def calculate(expression: str) -> str:
-    """Arithmetic only: numbers, + - * / // % ** (or ^), parentheses, a few math functions."""
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-            left, right = value(node.left), value(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 10_000:
-                raise ValueError("that power is too large")
-            return _OPERATORS[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](value(node.operand))
-        if isinstance(node, ast.Name) and node.id in _FUNCTIONS and not callable(_FUNCTIONS[node.id]):
-            return _FUNCTIONS[node.id]
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and callable(_FUNCTIONS.get(node.func.id)):
-            return _FUNCTIONS[node.func.id](*(value(a) for a in node.args))
-        raise ValueError("only arithmetic is allowed")
-
-    tree = ast.parse(expression.replace("^", "**"), mode="eval")
-    result = value(tree.body)
-    if isinstance(result, float) and result.is_integer() and abs(result) < 1e15:
-        result = int(result)
-    return str(result)
-
-
 
 
 def _verbatim(text: str) -> str:

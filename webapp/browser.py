@@ -31,6 +31,7 @@ from shared.models import (
     format_time,
 )
 from shared.sse import SseDecoder
+from webapp import device_model
 from webapp.app import AuthFailed, Client, Services
 from webapp.chunks import ChunkPersistence, Writes
 from webapp.store import LocalStore
@@ -147,7 +148,8 @@ class BrowserTransport:
 
 class FetchModel:
     """An OpenAI-compatible chat-completions endpoint called from the page with fetch, read as a
-    stream (server-sent events): a model on this device (Ollama, LM Studio, llama.cpp)."""
+    stream (server-sent events): a model on this device (Ollama, LM Studio, llama.cpp). Its
+    failures are webapp/device_model.py's sentences, which the person reads under the reply."""
 
     def __init__(self, base_url: str, model: str) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -159,23 +161,23 @@ class FetchModel:
         try:
             response = await js.fetch(self.url, to_js(init, dict_converter=js.Object.fromEntries))
         except Exception:
-            raise UpstreamError(f"{self.url} could not be reached (is it running, and does it allow this page?)") from None
+            raise UpstreamError(device_model.unreachable(self.url)) from None
         if not response.ok:
-            raise UpstreamError(f"{self.url} answered HTTP {response.status}")
+            raise UpstreamError(device_model.refused(self.url, self.model, int(response.status)))
         reader, text, events = response.body.getReader(), js.TextDecoder.new(), SseDecoder()
         options = to_js({"stream": True}, dict_converter=js.Object.fromEntries)
         while True:
             try:
                 chunk = await reader.read()
             except Exception:
-                raise UpstreamError("the model's stream broke off") from None
+                raise UpstreamError(device_model.broke_off()) from None
             if chunk.done:
-                raise UpstreamError("the model's stream ended before its end")
+                raise UpstreamError(device_model.ended_early())
             for event in events.feed(str(text.decode(chunk.value, options))):
                 try:
                     pieces = completion_pieces(event.data)
                 except ValueError:
-                    raise UpstreamError("the model sent a stream that is not chat completions") from None
+                    raise UpstreamError(device_model.not_completions()) from None
                 if pieces is None:
                     await reader.cancel()
                     return

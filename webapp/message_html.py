@@ -44,6 +44,21 @@ class Item:
     delivery: Delivery | None = None
     run: RunSummary | None = None
     rejection: Rejection | None = None  # the server refused it (then it is not in the tables)
+    # Why a failed reply failed, as the error message answering it says (a reply written on a
+    # device: shared/assistants.py, ModelAssistant); a server's run says it in ``run``.
+    reason: str | None = None
+
+
+def failure_reasons(rows: dict[str, Message]) -> dict[str, Message]:
+    """Of these messages (by id), the errors that say why a reply failed, by the reply's id: an
+    ``error`` answering a ``failed_upstream`` reply (shared/assistants.py, failure_message). The
+    reply says it; the error is not drawn on its own."""
+    found: dict[str, Message] = {}
+    for row in rows.values():
+        reply = rows.get(row.parent_id) if row.role == "error" and row.parent_id else None
+        if reply is not None and reply.role == "assistant" and reply.status == "failed_upstream":
+            found[reply.id] = row
+    return found
 
 
 def item_key(message_id: str) -> str:
@@ -94,8 +109,9 @@ def _state(item: Item) -> tuple[str, str, str]:
         return "rejected", f"Not accepted: {item.rejection.error}", resend + _text_button("discard", event_id, "Discard")
     if message.role == "assistant" and message.status != "completed":
         text = REPLY_STATE[message.status]
-        if message.status == "failed_upstream" and item.run is not None and item.run.error:
-            text = f"The assistant could not answer: {item.run.error}."
+        reason = item.run.error if item.run is not None and item.run.error else item.reason
+        if message.status == "failed_upstream" and reason:
+            text = f"The assistant could not answer: {reason.rstrip('.')}."
         if message.status == "queued" and item.delivery is not None:  # (its request is not on the server yet)
             saving = item.delivery.status == "saving"
             text = DELIVERY_STATE["saving"] if saving else "Saved on this device: the assistant is asked once the server can be reached."
@@ -152,7 +168,9 @@ def _branches(step: Step | None) -> str:
 def _usage(info: RunSummary | None) -> str:
     if info is None or info.completion_tokens is None:
         return ""
-    if info.usage_reported:
+    if info.usage_reported and info.usage_estimated:  # (the demo model's: words, counted)
+        text = f"about {info.prompt_tokens} + {info.completion_tokens} tokens (estimated)"
+    elif info.usage_reported:
         text = f"{info.prompt_tokens} + {info.completion_tokens} tokens"
     else:
         text = f"about {info.completion_tokens} tokens (counted here: the service did not say)"

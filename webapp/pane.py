@@ -1,11 +1,13 @@
 """The message pane: what the open chat shows, and patches that touch only what changed.
 
 It draws the chat's shown path (shared/thread.py), the last ``window`` messages of it, then the
-changes the server refused. Each message is one keyed item; the pane remembers the HTML the page
-has for every key and hands the view only the items whose HTML changed (a new message adds one
-node, a delta updates one node, every other node stays the same DOM object). A streaming reply's
-text is drawn at most once per animation frame, however many deltas arrive in between, through
-a StreamRenderer that renders only its last block again.
+changes the server refused. The error message that says why a reply failed is drawn as part of
+that reply ("The assistant could not answer: ..."), not as a message of its own. Each message is
+one keyed item; the pane remembers the HTML the page has for every key and hands the view only
+the items whose HTML changed (a new message adds one node, a delta updates one node, every other
+node stays the same DOM object). A streaming reply's text is drawn at most once per animation
+frame, however many deltas arrive in between, through a StreamRenderer that renders only its
+last block again.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class MessagePane:
         self._steps: dict[str, Step] = {}
         self.rows: dict[str, Message] = {}  # the messages drawn last, by id
         self._runs: dict[str, RunSummary] = {}
+        self._reasons: dict[str, Message] = {}  # a failed reply's id -> the error message saying why
         self._delivery: dict[str, Delivery] = {}
         self._dirty: set[str] = set()
         self._frame_asked = False
@@ -99,12 +102,14 @@ class MessagePane:
         self.rows = rows = self.store.messages_by_id([step.id for step in shown])
         self._steps = {step.id: step for step in shown}
         self._runs = self.store.run_infos(self.chat_id) if self.chat_id else {}
+        self._reasons = message_html.failure_reasons(rows)
+        folded = {error.id for error in self._reasons.values()}  # (said by their replies)
         self._delivery = self.store.delivery()
         changed: dict[str, str] = {}
         streams: dict[str, tuple[int, str]] = {}
         order = []
         for step in shown:
-            if step.id in rows:
+            if step.id in rows and step.id not in folded:
                 order.append(message_html.item_key(step.id))
                 self._patch(rows[step.id], changed, streams)
         if self.chat_id is not None:
@@ -186,6 +191,7 @@ class MessagePane:
             content_html=SLOT if parts is not None else None,
             delivery=self._delivery.get(row.id),
             run=self._runs.get(row.id),
+            reason=reason.content if (reason := self._reasons.get(row.id)) is not None else None,
         )
         return message_html.message_item(item), parts
 

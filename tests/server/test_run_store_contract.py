@@ -177,22 +177,25 @@ async def test_a_lease_is_renewed_by_its_owner_and_an_expired_one_is_taken_over_
 
 async def test_finish_records_the_usage_or_the_error_and_ends_the_lease(backend: Backend) -> None:
     b = backend
-    done, failed, stopped = await b.a_run(), await b.a_run(), await b.a_run()
-    assert await b.claim_all("p") == [done, failed, stopped]
+    done, failed, stopped, demo = await b.a_run(), await b.a_run(), await b.a_run(), await b.a_run()
+    assert await b.claim_all("p") == [done, failed, stopped, demo]
     await b.runs.finish(done, "q", "failed_upstream", usage=None, reported=False, error="not q's", now=b.clock.now)
     assert (await b.record(done)).status == "streaming"  # only the lease's owner ends a run
     await b.runs.finish(done, "p", "completed", usage=Usage(7, 600), reported=True, error=None, now=b.clock.now)
     await b.runs.finish(failed, "p", "failed_upstream", usage=Usage(0, 3), reported=False, error="HTTP 502", now=b.clock.now)
     await b.runs.finish(stopped, "p", "cancelled", usage=None, reported=False, error="stopped before it started", now=b.clock.now)
-    assert [(await b.record(r)).summary().wire() for r in (done, failed, stopped)] == [
+    await b.runs.finish(demo, "p", "completed", usage=Usage(5, 80, estimated=True), reported=True, error=None, now=b.clock.now)
+    assert [(await b.record(r)).summary().wire() for r in (done, failed, stopped, demo)] == [
         {"runId": done.id, "messageId": done.message_id, "assistantId": "fake", "status": "completed",
-         "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True},
+         "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True, "usageEstimated": False},
         {"runId": failed.id, "messageId": failed.message_id, "assistantId": "fake", "status": "failed_upstream",
-         "error": "HTTP 502", "promptTokens": 0, "completionTokens": 3, "usageReported": False},
+         "error": "HTTP 502", "promptTokens": 0, "completionTokens": 3, "usageReported": False, "usageEstimated": False},
         {"runId": stopped.id, "messageId": stopped.message_id, "assistantId": "fake", "status": "cancelled",
-         "error": "stopped before it started", "promptTokens": None, "completionTokens": None, "usageReported": False},
+         "error": "stopped before it started", "promptTokens": None, "completionTokens": None, "usageReported": False, "usageEstimated": False},
+        {"runId": demo.id, "messageId": demo.message_id, "assistantId": "fake", "status": "completed",
+         "error": None, "promptTokens": 5, "completionTokens": 80, "usageReported": True, "usageEstimated": True},
     ]  # fmt: skip
-    for run in (done, failed, stopped):
+    for run in (done, failed, stopped, demo):
         assert not await b.runs.renew(run, "p", b.later())
     assert await b.runs.take_over("q", b.later(10 * LEASE), b.later(11 * LEASE)) == []  # an ended run has no lease to run out
 

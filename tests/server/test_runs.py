@@ -110,11 +110,12 @@ async def deltas(ws: Websocket, count: int) -> list[dict[str, Any]]:
 async def run_row(app: Quart, run_id: str) -> dict[str, Any]:
     db = app.extensions["store"].db
     row = await db.read_one(
-        "SELECT status, error, prompt_tokens, completion_tokens, usage_reported, upstream_calls FROM runs WHERE id = ?",
+        "SELECT status, error, prompt_tokens, completion_tokens, usage_reported, upstream_calls, usage_estimated"
+        " FROM runs WHERE id = ?",
         run_id,
     )
     assert row is not None
-    return dict(zip(["status", "error", "prompt", "completion", "reported", "calls"], row))
+    return dict(zip(["status", "error", "prompt", "completion", "reported", "calls", "estimated"], row))
 
 
 async def until_run(app: Quart, run_id: str, status: str) -> dict[str, Any]:
@@ -181,17 +182,37 @@ async def test_a_reply_streams_and_is_finished_when_every_client_has_gone(
     [sent] = upstream.requests
     assert sent["messages"] == [{"role": "user", "content": "What is up?"}] and sent["stream_options"]["include_usage"]
     assert await until_run(app, request["payload"]["runId"], "completed") == {
-        "status": "completed", "error": None, "prompt": 7, "completion": 600, "reported": 1, "calls": 1,
+        "status": "completed", "error": None, "prompt": 7, "completion": 600, "reported": 1, "calls": 1, "estimated": 0,
     }
     # ...and what it cost is shown to the account, per chat.
     runs = await (await client.get(f"/runs?chatId={chat}", headers=bearer(session))).get_json()
     assert runs == [{
         "runId": request["payload"]["runId"], "messageId": reply_id, "assistantId": "fake", "status": "completed",
-        "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True,
+        "error": None, "promptTokens": 7, "completionTokens": 600, "usageReported": True, "usageEstimated": False,
     }]
     other = await signup(client, "other")
     assert await (await client.get(f"/runs?chatId={chat}", headers=bearer(other))).get_json() == []
     assert (await client.get("/runs", headers=bearer(session))).status_code == 400
+
+
+async def test_the_demo_models_usage_is_an_estimate_and_an_upstreams_is_not(
+    database_url: str, upstream: FakeUpstream
+) -> None:
+    """The demo model counts words: its usage is reported, and marked as its estimate; the usage
+    an OpenAI-compatible service reports is its own count."""
+    assistants = json.dumps([{"id": "demo", "name": "Demo", "provider": "demo"}, *json.loads(upstream.config())])
+    settings = Settings(database_url=database_url, assistants=assistants, run_poll_seconds=0.1, demo_seconds_per_word=0.001)
+    app = create_app(settings)
+    async with app.test_app():
+        client = app.test_client(use_cookies=False)
+        session = await signup(client)
+        for assistant, estimated in (("demo", True), ("fake", False)):
+            chat, _, request = await a_requested_run(client, session, assistant)
+            row = await until_run(app, request["payload"]["runId"], "completed")
+            assert (row["reported"], row["estimated"]) == (1, int(estimated))
+            [run] = await (await client.get(f"/runs?chatId={chat}", headers=bearer(session))).get_json()
+            assert (run["usageReported"], run["usageEstimated"]) == (True, estimated)
+            assert run["completionTokens"] > 0
 
 
 async def test_a_resubmitted_request_calls_the_upstream_once(app: Quart, client: Client, upstream: FakeUpstream) -> None:

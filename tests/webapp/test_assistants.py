@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -13,13 +15,14 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.assistants import RunInput
+from shared.assistants import Piece, RunInput, Turn, UpstreamError
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
 from tests.waiting import until
 from tests.webapp.devices import Device, T, signup
-from webapp.assistants import LOCAL_TOOLS_ID, ToolAssistant, calculate, choose_tool
-from webapp.python_tool import run_python
+from webapp import device_model
+from webapp.assistants import LOCAL_TOOLS_ID, ToolAssistant, choose_tool
+from webapp.python_tool import MAX_ERROR, MAX_OUTPUT, run_python
 
 new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
 
@@ -30,21 +33,15 @@ async def answer(text: str) -> list[DomainEvent]:
     return [event async for event in ToolAssistant().run(run)]
 
 
-def test_the_calculator_does_arithmetic_and_nothing_else() -> None:
-    assert calculate("2 * (3 + 4)") == "14"
-    assert calculate("2^10 / 4") == "256"
-    assert calculate("sqrt(16) + pi - pi") == "4"
-    for hostile in ("__import__('os').system('x')", "().__class__", "9 ** 9 ** 9", "open('f')"):
-        with pytest.raises((ValueError, SyntaxError)):
-            calculate(hostile)
-
-
 def test_the_tool_is_chosen_from_the_question() -> None:
     assert choose_tool("2 * (3 + 4) =") == ("calculator", "2 * (3 + 4)")
     assert choose_tool("calc: sqrt(2)") == ("calculator", "sqrt(2)")
     assert choose_tool("python: print(1)") == ("python", "print(1)")
     assert choose_tool("please run\n```python\nx = 2\nx * 21\n```") == ("python", "x = 2\nx * 21")
     assert choose_tool("what is the time in 2 cities") == (None, "")
+    # Arithmetic the calculator would refuse is still for the calculator: its refusal is the answer.
+    assert choose_tool("factorial(10**6)") == ("calculator", "factorial(10**6)")
+    assert choose_tool("1/0 =") == ("calculator", "1/0")
 
 
 def test_python_runs_and_reports_its_output() -> None:
@@ -52,6 +49,20 @@ def test_python_runs_and_reports_its_output() -> None:
     assert run_python("x = 1") == "(no output)"
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         run_python("1 / 0")
+
+
+def test_what_python_prints_is_cut_and_says_so() -> None:
+    started = time.perf_counter()
+    printed = run_python("for _ in range(100_000): print('x' * 1000)")  # 100 MB
+    assert time.perf_counter() - started < 10  # (a guard: what is cut is not kept)
+    assert printed.startswith("x" * 1000 + "\n") and len(printed) == MAX_OUTPUT
+    assert printed.endswith("x\n… (cut here: it was 100,100,000 characters long)")
+    assert run_python("'y' * 10**6").endswith("y\n… (cut here: it was 1,000,002 characters long)")
+    with pytest.raises(RuntimeError) as raised:
+        run_python("raise ValueError('z' * 10**6)")
+    assert len(str(raised.value)) == MAX_ERROR and str(raised.value).startswith("ValueError: zzz")
+    assert str(raised.value).endswith("(cut here: it was 1,000,012 characters long)")
+    assert run_python("print('short')") == "short"  # (nothing to cut: nothing said)
 
 
 async def test_an_answer_is_a_tool_call_its_result_and_a_reply_along_one_branch() -> None:
@@ -65,6 +76,22 @@ async def test_an_answer_is_a_tool_call_its_result_and_a_reply_along_one_branch(
     call, failed, reply = await answer("python: 1 / 0")
     assert failed.type == "ToolCallFailed" and failed.payload.role == "error"  # type: ignore[union-attr]
     assert "ZeroDivisionError" in failed.payload.content and "could not" in reply.payload.content  # type: ignore[union-attr]
+
+    call, result, reply = await answer("python: print('x' * 10**8)")  # (100 MB: not in the chat, nor the log)
+    assert len(result.payload.content) == MAX_OUTPUT  # type: ignore[union-attr]
+    assert result.payload.content.endswith("(cut here: it was 100,000,001 characters long)")  # type: ignore[union-attr]
+    assert len(reply.payload.content) < MAX_OUTPUT + 100  # type: ignore[union-attr]
+
+    started = time.perf_counter()
+    call, failed, reply = await answer("(9999**9999)**9999")  # it would take minutes
+    assert time.perf_counter() - started < 1.0  # (a guard: the refusal is what matters)
+    assert failed.type == "ToolCallFailed" and failed.payload.role == "error"  # type: ignore[union-attr]
+    assert failed.payload.content == (  # type: ignore[union-attr]
+        "CalculationError: the result would have about 39,996 digits; the calculator keeps at most about 3,010"
+    )
+    assert reply.payload.content == (  # type: ignore[union-attr]
+        "The calculator could not do that: the result would have about 39,996 digits; the calculator keeps at most about 3,010"
+    )
 
     [plain] = await answer("hello there")
     assert plain.type == "MessageAppended" and "calculate" in plain.payload.content  # type: ignore[union-attr]
@@ -145,12 +172,16 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     client.store.conn.execute("UPDATE messages SET status = 'streaming' WHERE id = ?", (reply_id,))
     client.stop()
     client.store.close()
-    reloaded, _ = client_on(tmp_path / "local.db")
+    reloaded, view = client_on(tmp_path / "local.db")
     reloaded.start()
     ended = await until(lambda: (m := reloaded.store.message(reply_id)) is not None and m.status != "streaming" and m,
                         "the reply is still streaming")
     reloaded.stop()
     assert ended.status == "failed_upstream"
+    [why] = [m for m in reloaded.store.messages(ended.chat_id) if m.parent_id == reply_id]
+    assert (why.role, why.content) == ("error", "the page was closed or reloaded while this answer was being written")
+    reloaded.redraw()
+    assert "The assistant could not answer: the page was closed or reloaded while this answer was being written." in view.messages
 
 
 async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path) -> None:
@@ -181,5 +212,50 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
         shown = view.messages
         assert "The assistant could not answer: there is no assistant &#x27;nobody&#x27; on this server." in shown
         demo_usage = [i for i in client.store.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
-        assert [i.usage_reported for i in demo_usage] == [True]
-        assert f"{demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens" in shown
+        assert [(i.usage_reported, i.usage_estimated) for i in demo_usage] == [(True, True)]  # (it counts words)
+        assert f"about {demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens (estimated)" in shown
+
+
+class UnreachableModel:
+    """What webapp/browser.py's FetchModel does when nothing listens at its address: a fetch that
+    rejects, raised as the sentence of webapp/device_model.py."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        raise UpstreamError(device_model.unreachable(self.url))
+        yield Piece()  # (a generator, as every model's stream)
+
+
+async def test_why_a_model_on_this_device_failed_is_shown_here_and_on_the_other_device(app: Quart, tmp_path: Path) -> None:
+    from tests.webapp.page import FakePage
+    from webapp.app import Client, Services
+    from webapp.assistants import DEVICE_MODEL_ID
+
+    token = await signup(app)
+    device, other = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    view = FakePage()
+    client = Client(Services(device.store, view, None, device.transport, new_id, lambda: T,  # type: ignore[arg-type]
+                             device_model=UnreachableModel))  # fmt: skip
+    client.engine = device.engine
+    await client.dispatch("new-chat", {})
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:9/v1", "model": "tiny"})
+    await client.dispatch("send", {"text": "hi", "assistant": DEVICE_MODEL_ID})
+    said = (
+        "The assistant could not answer: http://127.0.0.1:9/v1/chat/completions could not be reached: check that "
+        "the model&#x27;s server is running at that address and that it allows this page&#x27;s origin (CORS)."
+    )
+    view.paint()
+    assert said in view.messages and "The assistant could not answer." not in view.messages
+    assert 'class="message error' not in view.messages  # (said by the reply, not a message of its own)
+    [question, reply, error] = device.store.messages(client.selected or "")
+    assert (reply.role, reply.status, error.role, error.parent_id) == ("assistant", "failed_upstream", "error", reply.id)
+
+    await device.sync()  # ...and it is in the log: another device shows it too
+    await other.sync()
+    elsewhere = FakePage()
+    seen = Client(Services(other.store, elsewhere, None, other.transport, new_id, lambda: T))  # type: ignore[arg-type]
+    await seen.dispatch("select-chat", {"id": client.selected})
+    elsewhere.paint()
+    assert said in elsewhere.messages

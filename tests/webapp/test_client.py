@@ -411,3 +411,25 @@ def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> No
     for delivery, words in (("saving", "Saving on this device…"), ("pending", "Saved on this device: the assistant is asked")):
         html = message_html.message_item(message_html.Item(message=waiting, delivery=Delivery(delivery, None)))
         assert words in html and ("Saved" in html) == (delivery == "pending")
+
+
+def test_what_an_answer_cost_is_shown_and_an_estimate_says_so() -> None:
+    from shared.models import RunSummary
+    from webapp import message_html
+
+    reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
+                    role="assistant", content="hi", created_at=T, assistant_id="demo", last_seq=3)  # fmt: skip
+    # As a device kept it from an older server (GET /runs had no usageEstimated): not an estimate.
+    stored = {"run_id": "r", "message_id": reply.id, "assistant_id": "fake", "status": "completed", "error": None,
+              "prompt_tokens": 7, "completion_tokens": 600, "usage_reported": True}  # fmt: skip
+    reported = RunSummary(**stored)
+    estimated = reported.model_copy(update={"assistant_id": "demo", "usage_estimated": True})
+    counted = reported.model_copy(update={"prompt_tokens": 0, "completion_tokens": 3, "usage_reported": False})
+
+    def usage(run: RunSummary) -> str:
+        html = message_html.message_item(message_html.Item(message=reply, run=run))
+        return html.split('<span class="usage">')[1].split("</span>")[0]
+
+    assert usage(reported) == "7 + 600 tokens"
+    assert usage(estimated) == "about 7 + 600 tokens (estimated)"
+    assert usage(counted) == "about 3 tokens (counted here: the service did not say)"
