@@ -18,7 +18,7 @@ from server.assets import Assets
 from server.assistants import load_assistants
 from server.compactor import run_compactor
 from server.config import Settings
-from server.db import open_database
+from server.databases import open_database
 from server.errors import ERRORS, HTTP_CODES, OTHER_CODE, ApiError, translated
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener, publish_delta, publish_end

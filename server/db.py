@@ -1,11 +1,12 @@
-"""The two database backends behind one small interface: a transaction that runs SQL.
+"""The interface the two database backends share: a transaction that runs SQL.
 
 The queries live in the modules that use them (``server/event_store.py`` the reads and
 compaction, ``server/append_sql.py`` the write path's, ``server/run_store.py`` the runs', ...); the
 backends only know how to open a transaction on SQLite (``server/sqlite_db.py``: the standard
 library's module, used from the event loop) or PostgreSQL (``server/postgres_db.py``: an asyncpg
 pool), and translate the drivers' errors into ours (``DatabaseError`` and below). SQL is written
-with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``).
+with ``?`` placeholders; the PostgreSQL side numbers them (``$1, $2, ...``). This module imports
+neither backend (each imports it); ``server/databases.py`` picks one from a database URL.
 Nothing crosses this boundary untyped: parameters are ``Param``s, rows tuples of ``Value``s, which
 the callers narrow with ``text``/``integer``/... (a column holding something else is a TypeError).
 """
@@ -86,14 +87,3 @@ class Database(Protocol):
     async def read_one(self, sql: str, *params: Param) -> Row | None:
         """One single-statement read, with no transaction around it (the cheapest round trip)."""
 
-
-def open_database(url: str) -> Database:
-    if url.startswith("sqlite:///"):
-        from server.sqlite_db import SqliteDatabase
-
-        return SqliteDatabase(url.removeprefix("sqlite:///"))
-    if url.startswith(("postgresql://", "postgres://")):
-        from server.postgres_db import PostgresDatabase
-
-        return PostgresDatabase(url)
-    raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://...")

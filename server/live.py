@@ -1,12 +1,13 @@
 """Live sockets: in-process fan-out (a commit wakes every live socket of its account) and the
-socket loop itself.
+socket loop itself, the I/O around the state machines of ``server/live_machine.py`` (which decide
+what each socket sends when, and when the hub reads the log).
 
 A socket's events always come from a read of the store after its own cursor (the hub's read of a
 commit, shared by every socket at that cursor, or its own), begun after it was woken: so a missed
 or merged wake-up can never cause a gap or a duplicate, and every commit reaches every socket.
 
 The hub also keeps the text of every reply streaming now, as the delta frames that reached this
-process built it (``Stream``). Right after ``caughtUp`` a socket gets, for each, one delta frame
+process built it (``live_machine.Streams``). Right after ``caughtUp`` a socket gets, for each, one delta frame
 at offset 0 with all of it, and none of the older deltas still waiting for it: a device that
 joins mid-answer shows the text so far at once, and the next delta follows it exactly.
 """
@@ -16,23 +17,43 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import json
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
+from server.live_machine import (
+    GOING_AWAY,
+    PING_DUE,
+    READ_EXPIRED,
+    CaughtUp,
+    Close,
+    Delta,
+    Event,
+    Feed,
+    HubRead,
+    Idle,
+    Input,
+    LiveSocket,
+    LogAdvanced,
+    LogChanged,
+    LogRead,
+    Page,
+    Pause,
+    Ping,
+    ReadFor,
+    ReadLog,
+    ReadsStopped,
+    ReadStreams,
+    StreamsRead,
+    page_of,
+)
 from server.store import CursorExpired, EventStore
-from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, PingFrame
+from server.streams import Stream, Streams
+from shared.models import DeltaFrame
 
 BACKLOG_PAGE = 500
-PING = json.dumps(PingFrame().wire())
+READS_STOPPED = ReadsStopped()
 
-
-# Deltas are not durable: a socket too slow to take this many is given the texts so far instead
-# (from the hub's streams) and the deltas after them.
-MAX_PENDING_DELTAS = 1000
 # A stream no delta or end has touched for this long is forgotten (its run's process died, or
 # its end was missed while PostgreSQL's listener was away).
 STREAM_IDLE_SECONDS = 300.0
@@ -68,42 +89,24 @@ def text_sender(scope: Mapping[str, Any]) -> Callable[[str], Awaitable[None]]:
 
 
 class Subscription:
-    """One live socket's mailbox: whether the log changed (and the hub's read of it, when it has
-    one), and the delta frames to pass on."""
+    """One live socket in the hub: its state machine (``LiveSocket``), an event set when an input
+    may have given it something to do, and when it was last woken (its next read begins after)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("machine", "ready", "woken")
+
+    def __init__(self, cursor: int, woken: int) -> None:
+        self.machine = LiveSocket(cursor)
         self.ready = asyncio.Event()
-        self.log_changed = True  # the backlog is to be read first
-        self.cursor = 0  # where the socket stands in the log
-        self.woken = 0  # when it was last woken (SharedReads.now()): its next read begins after
-        self.page: Page | None = None
-        self.deltas: deque[tuple[str, str]] = deque()  # (message id, the frame's JSON text)
-        # How many of ``deltas`` came before the latest commit the socket was told of: they go
-        # out before that commit's events (a reply's last words before the event that ends it).
-        self.deltas_before_log = 0
-        self.resend = False  # the streams' texts so far are to be sent (caughtUp, or deltas lost)
-        self.ping_due = False
+        self.woken = woken  # (SharedReads.now())
 
+    def take(self, event: Input) -> None:
+        self.machine.handle(event)
+        self.ready.set()
 
-@dataclass
-class Stream:
-    """A reply streaming now, as the delta frames that reached this process built it."""
-
-    run_id: str
-    text: str  # from offset 0
-    complete: bool  # False: a delta was missed (this process came mid-answer, or lost one)
-    touched: float  # time.monotonic() of its last delta
-
-
-@dataclass(frozen=True)
-class Page:
-    """One read of the log after ``after``, with each event's frame serialized once for every
-    socket."""
-
-    after: int
-    frames: list[tuple[int, str]]  # (seq, the JSON text of its event frame)
-    has_more: bool
-    current_seq: int
+    @property
+    def log_changed(self) -> bool:
+        """The socket is to read the log (or take the hub's read of it)."""
+        return self.machine.log_changed
 
 
 class SharedReads:
@@ -134,52 +137,48 @@ class SharedReads:
             del self._pending[key]
 
     async def _read(self, account_id: str, cursor: int) -> Page:
-        updates = await self._store.read_updates(account_id, cursor, BACKLOG_PAGE)
-        frames = [(e.seq, json.dumps(EventFrame(event=e).wire())) for e in updates.events]
-        return Page(cursor, frames, updates.has_more, updates.current_seq)
+        return page_of(cursor, await self._store.read_updates(account_id, cursor, BACKLOG_PAGE))
 
 
-class Feed:
-    """The live sockets of one account in this process, and how far the log has been read for
-    them."""
+
+class Sockets:
+    """The live sockets of one account in this process, and the hub's reads for them."""
+
+    __slots__ = ("subscriptions", "reads")
 
     def __init__(self) -> None:
         self.subscriptions: set[Subscription] = set()
-        # Every socket has been woken after a read of the log up to here began (-1: not known).
-        self.head = -1
-        self.wanted = 0  # a commit up to here is known of
-        self.unread = False  # a change of unknown seq is known of
-        self.reading = False
+        self.reads = Feed()
 
 
 class Hub:
-    """Wakes the live sockets of an account when its log changes.
+    """Wakes the live sockets of an account when its log changes, and passes them the deltas.
 
-    A commit is read once, by the hub, before any socket wakes: the read starts after the commit,
-    from where the account's sockets stand, and every socket at that cursor takes its frames from
-    it without a read (or a wait) of its own; a socket elsewhere (still in its backlog) reads for
-    itself. Either way each socket's next frames come from a read begun after the commit, so a
-    notification of a seq already so read can be dropped, and one that comes during a read brings
-    another read after it.
+    A commit is read once, by the hub, before any socket wakes (``live_machine.Feed`` decides
+    when): the read starts after the commit, from where the account's sockets stand, and every
+    socket at that cursor takes its frames from it without a read (or a wait) of its own; a
+    socket elsewhere (still in its backlog) reads for itself.
     """
 
     def __init__(self, reads: SharedReads) -> None:
         self._reads = reads
-        self._feeds: dict[str, Feed] = {}
+        self._feeds: dict[str, Sockets] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._streams: dict[str, dict[str, Stream]] = {}  # account -> message id -> its stream
-        self._pruned = time.monotonic()
+        self._streams = Streams(time.monotonic(), STREAM_IDLE_SECONDS)
         self.closing = False
 
     def go_away(self) -> None:
         """The server is shutting down: every socket closes with 1001 "going away"."""
         self.closing = True
-        self.notify_all()
+        for feed in self._feeds.values():
+            for subscription in feed.subscriptions:
+                subscription.take(GOING_AWAY)
 
     def subscribe(self, account_id: str, cursor: int = 0) -> Subscription:
-        subscription = Subscription()
-        subscription.cursor, subscription.woken = cursor, self._reads.now()
-        self._feeds.setdefault(account_id, Feed()).subscriptions.add(subscription)
+        subscription = Subscription(cursor, self._reads.now())
+        if self.closing:
+            subscription.take(GOING_AWAY)
+        self._feeds.setdefault(account_id, Sockets()).subscriptions.add(subscription)
         return subscription
 
     def unsubscribe(self, account_id: str, subscription: Subscription) -> None:
@@ -195,48 +194,35 @@ class Hub:
         feed = self._feeds.get(account_id)
         if feed is None:
             return
+        advanced = LogAdvanced(seq)
         for subscription in feed.subscriptions:
-            subscription.deltas_before_log = len(subscription.deltas)
-        if seq is not None and seq <= feed.head:
-            return
-        if seq is None:
-            feed.unread = True
-        else:
-            feed.wanted = max(feed.wanted, seq)
-        if not feed.reading:
-            feed.reading = True
-            task = asyncio.ensure_future(self._read_for(account_id, feed))
+            subscription.machine.handle(advanced)  # (nothing to send before the read: not woken)
+        read = feed.reads.handle(advanced)
+        if read is not None:
+            task = asyncio.ensure_future(self._read_for(account_id, feed, read))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _read_for(self, account_id: str, feed: Feed) -> None:
+    async def _read_for(self, account_id: str, feed: Sockets, read: ReadFor | None) -> None:
         try:
-            while (feed.unread or feed.wanted > feed.head) and feed.subscriptions:
-                known, feed.unread = feed.wanted, False
-                cursor = feed.head if feed.head >= 0 else max(s.cursor for s in feed.subscriptions)
+            while read is not None and feed.subscriptions:
+                after = read.after
+                if after is None:
+                    after = max(s.machine.cursor for s in feed.subscriptions)
                 try:
-                    page: Page | None = await self._reads.read(account_id, cursor, self._reads.now())
+                    page: Page | None = await self._reads.read(account_id, after, self._reads.now())
                 except Exception:  # the sockets read for themselves, and meet the error there
                     page = None
-                if page is None or page.has_more:
-                    # The sockets' own reads, which begin after this, see everything committed
-                    # so far; where they stand is not known until the next read.
-                    feed.head, feed.unread, feed.wanted = -1, False, 0
-                else:
-                    feed.head = page.current_seq
-                    if feed.wanted == known:  # nothing new came while reading: all is read
-                        feed.wanted = 0
+                read = feed.reads.handle(HubRead(page))
                 self._wake(feed, page)
         finally:
-            feed.reading = False
+            feed.reads.handle(READS_STOPPED)
 
-    def _wake(self, feed: Feed, page: Page | None) -> None:
-        now = self._reads.now()
+    def _wake(self, feed: Sockets, page: Page | None) -> None:
+        now, changed = self._reads.now(), LogChanged(page)
         for subscription in feed.subscriptions:
             subscription.woken = now
-            subscription.page = page
-            subscription.log_changed = True
-            subscription.ready.set()
+            subscription.take(changed)
 
     async def read(self, subscription: Subscription, account_id: str, cursor: int) -> Page:
         """A socket's own read of the log after its cursor, begun after it was last woken (and
@@ -253,75 +239,32 @@ class Hub:
         """Pass a ``delta`` frame (its JSON text) to the account's sockets in this process, and
         add it to the reply's stream."""
         delta = DeltaFrame.model_validate_json(frame)
-        self._add(account_id, delta)
+        self._streams.add(account_id, delta, time.monotonic())
         feed = self._feeds.get(account_id)
-        for subscription in feed.subscriptions if feed is not None else ():
-            if len(subscription.deltas) >= MAX_PENDING_DELTAS:  # too slow: the texts so far instead
-                subscription.deltas.clear()
-                subscription.resend = True
-            subscription.deltas.append((delta.message_id, frame))
-            subscription.ready.set()
-
-    def _add(self, account_id: str, delta: DeltaFrame) -> None:
-        now = time.monotonic()
-        if now - self._pruned > STREAM_IDLE_SECONDS / 10:
-            self._prune(now)
-        streams = self._streams.setdefault(account_id, {})
-        stream = streams.get(delta.message_id)
-        if stream is None or delta.offset == 0:
-            stream = streams[delta.message_id] = Stream(delta.run_id, "", delta.offset == 0, now)
-        stream.touched = now
-        if not stream.complete:
-            return
-        if delta.offset > len(stream.text):
-            stream.complete = False  # a gap: what came between is not known here
-        elif delta.offset + len(delta.text) > len(stream.text):  # (less: an old piece, repeated)
-            stream.text = stream.text[: delta.offset] + delta.text
-
-    def _prune(self, now: float) -> None:
-        self._pruned = now
-        for account_id, streams in list(self._streams.items()):
-            for message_id, stream in list(streams.items()):
-                if now - stream.touched > STREAM_IDLE_SECONDS:
-                    del streams[message_id]
-            if not streams:
-                del self._streams[account_id]
+        if feed is not None:
+            arrived = Delta(delta.message_id, frame)
+            for subscription in feed.subscriptions:
+                subscription.take(arrived)
 
     def end(self, account_id: str, message_id: str) -> None:
         """The reply's run has ended (its text is in the log): its stream is forgotten."""
-        streams = self._streams.get(account_id, {})
-        streams.pop(message_id, None)
-        if not streams:
-            self._streams.pop(account_id, None)
+        self._streams.end(account_id, message_id)
 
     def streams_interrupted(self) -> None:
         """Deltas may have been missed (PostgreSQL's listener was away): no stream is known whole."""
-        for streams in self._streams.values():
-            for stream in streams.values():
-                stream.complete = False
+        self._streams.interrupted()
 
     def text_so_far(self, account_id: str, message_id: str) -> str | None:
         """The reply's text so far, when this process knows it whole."""
-        stream = self._streams.get(account_id, {}).get(message_id)
-        return stream.text if stream is not None and stream.complete else None
+        return self._streams.text_so_far(account_id, message_id)
 
     def streaming(self, account_id: str) -> dict[str, Stream]:
         """The account's replies streaming now whose text this process knows whole."""
-        return {m: s for m, s in self._streams.get(account_id, {}).items() if s.complete and s.text}
+        return self._streams.streaming(account_id)
 
-    def texts_so_far(self, account_id: str, subscription: Subscription) -> list[str]:
-        """A delta frame at offset 0 with the whole text so far of each reply streaming now; the
-        socket's waiting deltas of those replies are dropped (the texts hold them), so the next
-        delta it gets of each follows its text exactly."""
-        streams = self.streaming(account_id)
-        if streams and subscription.deltas:
-            kept = [d for d in subscription.deltas if d[0] not in streams]
-            subscription.deltas.clear()
-            subscription.deltas.extend(kept)
-        return [
-            json.dumps(DeltaFrame(message_id=m, run_id=s.run_id, offset=0, text=s.text).wire())
-            for m, s in streams.items()
-        ]
+    def texts(self, account_id: str) -> dict[str, str]:
+        """A delta frame at offset 0 with the whole text so far of each reply streaming now."""
+        return self._streams.texts(account_id)
 
     def socket_count(self) -> int:
         return sum(len(f.subscriptions) for f in self._feeds.values())
@@ -336,74 +279,53 @@ async def follow(
     ping_seconds: float,
 ) -> None:
     """One live socket (docs/protocol.md, "WS /sync/live"): the backlog after ``cursor``, ``caughtUp``,
-    then every new event as it commits, pings while idle. Every event comes from the store after
-    the socket's own cursor, so the stream has no gap and no duplicate."""
+    then every new event as it commits, pings while idle. What to send and when is the socket's
+    state machine's (``LiveSocket``); this is its I/O: each time the socket can take a frame, it
+    does what the machine says next."""
     mailbox = hub.subscribe(account_id, cursor)  # before the backlog read: no commit slips between
+    machine = mailbox.machine
     loop = asyncio.get_running_loop()
     sent_at = loop.time()
 
-    async def deliver(frame: str) -> None:
-        nonlocal sent_at
-        sent_at = loop.time()
-        await send(frame)
-
-    # One timer per socket per ping interval, not one per wake-up: it wakes the socket for a ping
-    # when nothing was sent for ping_seconds, and arms itself again.
+    # One timer per socket per ping interval, not one per wake-up: it tells the socket a ping is
+    # due when nothing was sent for ping_seconds, and arms itself again.
     timer: asyncio.TimerHandle
 
     def tick() -> None:
         nonlocal timer
         idle = loop.time() - sent_at
         if idle >= ping_seconds * 0.99:
-            mailbox.ping_due = True
-            mailbox.ready.set()
+            mailbox.take(PING_DUE)
             idle = 0
         timer = loop.call_later(ping_seconds - idle, tick)
 
     timer = loop.call_later(ping_seconds, tick)
     try:
-        caught_up = False
         while True:
-            mailbox.ready.clear()
-            if hub.closing:
-                await close(1001, "going_away")
-                return
-            if mailbox.log_changed:
-                mailbox.log_changed = False
-                if caught_up:  # the deltas that came before the commit, first
-                    for _ in range(min(mailbox.deltas_before_log, len(mailbox.deltas))):
-                        await deliver(mailbox.deltas.popleft()[1])
-                mailbox.deltas_before_log = 0
-                page, mailbox.page = mailbox.page, None
-                if page is None or page.after != cursor:
+            output = machine.writable()
+            match output:
+                case Event() | CaughtUp() | Delta() | Ping():
+                    sent_at = loop.time()
+                    await send(output.text)
+                case ReadLog(after):
                     try:
-                        page = await hub.read(mailbox, account_id, cursor)
+                        page = await hub.read(mailbox, account_id, after)
                     except CursorExpired:
-                        await close(4410, "cursor_expired")
-                        return
-                for _, frame in page.frames:
-                    await deliver(frame)
-                if page.has_more:
-                    cursor = mailbox.cursor = page.frames[-1][0]
-                    mailbox.log_changed = True
+                        machine.handle(READ_EXPIRED)
+                    else:
+                        machine.handle(LogRead(page))
+                case ReadStreams():
+                    machine.handle(StreamsRead(hub.texts(account_id)))
+                case Pause():
                     await asyncio.sleep(0)  # a long backlog takes turns with the other sockets
-                    continue
-                cursor = mailbox.cursor = max(cursor, page.current_seq)
-                if not caught_up:
-                    caught_up = True
-                    await deliver(json.dumps(CaughtUpFrame(seq=cursor).wire()))
-                    mailbox.resend = True  # then what the replies streaming now have so far
-            if mailbox.resend and caught_up:
-                mailbox.resend = False
-                for frame in hub.texts_so_far(account_id, mailbox):  # (composed at once, then sent)
-                    await deliver(frame)
-            while mailbox.deltas:
-                await deliver(mailbox.deltas.popleft()[1])
-            if mailbox.ping_due:
-                mailbox.ping_due = False
-                await deliver(PING)
-            if not (mailbox.log_changed or mailbox.deltas or (mailbox.resend and caught_up) or hub.closing):
-                await mailbox.ready.wait()
+                case Close(code, reason):
+                    await close(code, reason)
+                    return
+                case Idle():
+                    mailbox.ready.clear()  # (every input so far is in the machine)
+                    await mailbox.ready.wait()
+                case _:
+                    assert_never(output)
     finally:
         timer.cancel()
         hub.unsubscribe(account_id, mailbox)

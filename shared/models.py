@@ -247,7 +247,7 @@ class RunSummary(Wire):
     completion_tokens: int | None
     usage_reported: bool
     # The counts the model reported are its estimates (the demo model counts words), not a
-    # tokenizer's. An addition to PROTOCOL.md; absent (from an older server): false.
+    # tokenizer's. An addition to docs/protocol.md ("GET /runs"); absent (from an older server): false.
     usage_estimated: bool = False
 
 

@@ -61,7 +61,6 @@ function parsed(key) {
 const drafts = new Map(); // chat -> {text, at}: to write
 const sends = new Map(); // id -> send, or null to delete
 let writing = null; // the transaction under way
-const durableWaiters = []; // [resolve] of drafts written once nothing is left to write
 
 function flushSoon() {
   if (!writing) writing = flush();

@@ -106,10 +106,11 @@ def error_codes() -> set[tuple[int, str]]:
 
 
 def close_codes() -> set[tuple[int, str]]:
-    """(code, reason) of every close of the live socket (its route and server/live.py)."""
+    """(code, reason) of every close of the live socket (its route, server/live.py and the socket's
+    state machine, server/live_machine.py, whose closes are ``Close(code, reason)``)."""
     found: set[tuple[int, str]] = set()
-    for path in (SERVER / "routes/sync.py", SERVER / "live.py"):
-        found |= {(int(c), r) for c, r in re.findall(r'close\((\d{4}),\s*"(\w+)"\)', path.read_text())}
+    for path in (SERVER / "routes/sync.py", SERVER / "live.py", SERVER / "live_machine.py"):
+        found |= {(int(c), r) for c, r in re.findall(r'[cC]lose\((\d{4}),\s*"(\w+)"\)', path.read_text())}
     return found
 
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from server.db import open_database
+from server.databases import open_database
 from server.event_store import SqlEventStore
 from tests.conftest import drop_schema, postgres_schema
 

@@ -23,7 +23,8 @@ from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
 from server.config import Settings
-from server.live import MAX_PENDING_DELTAS, Hub, SharedReads
+from server.live import Hub, SharedReads
+from server.live_machine import IDLE, MAX_PENDING_DELTAS, CaughtUp, Delta, LogRead, Page, ReadLog, ReadStreams, StreamsRead
 from server.runs import CHECKPOINT_RATIO, CheckpointPlan, escaped_size
 from shared.models import DeltaFrame
 from tests.conftest import drop_schema, postgres_schema
@@ -196,25 +197,33 @@ async def test_the_hub_gives_the_texts_so_far_and_drops_the_deltas_they_hold() -
     hub = Hub(SharedReads(None))  # type: ignore[arg-type]  (no read of the log here)
     hub.publish("a", delta("m1", 0, "Hello"))
     hub.publish("b", delta("x", 0, "another account"))
-    socket = hub.subscribe("a")
+    socket = hub.subscribe("a").machine
+    assert socket.writable() == ReadLog(0)
+    socket.handle(LogRead(Page(0, [], False, 0)))  # its backlog: none
+    assert isinstance(socket.writable(), CaughtUp) and socket.writable() == ReadStreams()
     hub.publish("a", delta("m1", 5, ", world"))
     hub.publish("a", delta("m1", 3, "lo, w"))  # an old piece again: nothing new
     hub.publish("a", delta("m2", 4, "joined late"))  # its beginning never reached this process
-    assert hub.texts_so_far("a", socket) == [delta("m1", 0, "Hello, world")]
-    assert [m for m, _ in socket.deltas] == ["m2"]  # m1's waiting deltas are in its text
+    assert hub.texts("a") == {"m1": delta("m1", 0, "Hello, world")}
+    socket.handle(StreamsRead(hub.texts("a")))
+    assert [d.message_id for d in socket.deltas] == ["m2"]  # m1's waiting deltas are in its text
     hub.publish("a", delta("m1", 12, "!"))
-    assert socket.deltas[-1] == ("m1", delta("m1", 12, "!"))  # the next one follows the text
+    assert socket.deltas[-1] == Delta("m1", delta("m1", 12, "!"))  # the next one follows the text
+    assert [d.text for d in iter(socket.writable, IDLE)] == [  # (each Delta is what it sends)
+        delta("m1", 0, "Hello, world"), delta("m2", 4, "joined late"), delta("m1", 12, "!")
+    ]
 
     # A socket too slow for its deltas is given the texts again, then the deltas after them.
-    for i in range(MAX_PENDING_DELTAS):
+    for i in range(MAX_PENDING_DELTAS + 1):
         hub.publish("a", delta("m1", 13 + i, "."))
     assert socket.resend and len(socket.deltas) < MAX_PENDING_DELTAS
-    socket.resend = False  # (as the socket's loop does)
-    [again] = hub.texts_so_far("a", socket)
-    assert json.loads(again)["text"] == "Hello, world!" + "." * MAX_PENDING_DELTAS and not socket.deltas
+    assert socket.writable() == ReadStreams() and not socket.resend
+    socket.handle(StreamsRead(hub.texts("a")))
+    [again] = iter(socket.writable, IDLE)
+    assert isinstance(again, Delta) and json.loads(again.text)["text"] == "Hello, world!" + "." * (MAX_PENDING_DELTAS + 1)
 
     hub.end("a", "m1")  # the run ended: its text is in the log
-    assert hub.texts_so_far("a", socket) == [] and hub.streaming("b") != {}
+    assert hub.texts("a") == {} and hub.streaming("b") != {}
     hub.streams_interrupted()  # PostgreSQL's listener was away: no stream is known whole
     assert hub.streaming("b") == {}
 

@@ -11,7 +11,7 @@ import pytest
 
 from server.app import create_app
 from server.config import ROOT, Settings
-from server.db import open_database
+from server.databases import open_database
 from server.event_store import SqlEventStore
 from server.store import CursorExpired
 from shared.models import DomainEvent

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from server.appender import Appender
-from server.db import open_database
+from server.databases import open_database
 from server.event_store import SqlEventStore
 from shared.models import DomainEvent
 from tests.conftest import drop_schema, postgres_schema

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.live import Hub, SharedReads, follow
+from server.live_machine import PING_DUE
 from server.store import Updates
 from shared.models import DeltaFrame, LoggedEvent
 from tests.server.events import chat_created, new_id
@@ -109,8 +110,7 @@ async def test_the_deltas_that_came_before_a_commit_go_out_before_its_events() -
     task = asyncio.ensure_future(follow(send, close, hub, "a", 0, 60))
     await until(lambda: order == ["caughtUp"])
     [mailbox] = hub._feeds["a"].subscriptions
-    mailbox.ping_due = True
-    mailbox.ready.set()
+    mailbox.take(PING_DUE)
     await until(lambda: order[-1:] == ["ping"])  # held up there
     message_id, run_id = new_id(), new_id()
     for offset, word in enumerate("abc"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from server.db import open_database
+from server.databases import open_database
 from server.event_store import SqlEventStore
 from shared.schema import MESSAGES, TABLES, Column, Sql
 from tests.conftest import POSTGRES_URL, drop_schema, postgres_schema

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from server.config import ROOT
-from server.db import open_database
+from server.databases import open_database
 from server.event_store import SqlEventStore
 from shared.models import DomainEvent
 from tests.conftest import drop_schema, postgres_schema
