@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,3 +66,22 @@ def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> It
         lines = server.log.read_bytes()[start:].decode(errors="replace").splitlines()
         logged = [line for line in lines if not any(f in line for f in files)]
         print("The server logged during this test (its last 150 lines):", *logged[-150:], sep="\n")
+
+
+# The browser promises (drafts, sends, answers, sign-in) are tested on an idle machine and on a
+# loaded one, as a slow phone is: a test parametrized with `load` runs twice, the second time
+# beside a process spinning on a core. A test that passes only idle is a bug in the product.
+SPIN = "while True: pass"
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def load(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "idle":
+        yield "idle"
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        yield "loaded"
+    finally:
+        spinner.kill()
+        spinner.wait()

@@ -43,7 +43,7 @@ def expect_replies(page: Page, texts: list[str]) -> None:
     expect(page.locator(".message.assistant.completed")).to_have_count(len(texts))
 
 
-def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser, slow_demo: Server) -> None:
+def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser, slow_demo: Server, load: str) -> None:
     username = f"ask{uuid.uuid4().hex[:8]}"
     contexts = [browser.new_context(base_url=slow_demo.url) for _ in range(2)]
     a, b = (c.new_page() for c in contexts)

@@ -8,28 +8,50 @@ import signal
 import uuid
 from pathlib import Path
 
-from playwright.sync_api import Browser, BrowserContext, Playwright, expect
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect
 
 from tests.e2e.conftest import playwright_config
 from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, signed_up
 from tests.processes import Server
 
 
-def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
-    page.fill("textarea[name=text]", "something I have not sent yet")
-    expect(page.locator(".chat-item.selected")).to_contain_text("Draft")  # saved
-    page.reload()
-    page.wait_for_selector("body[data-ready=true]", timeout=60_000)
-    expect(page.locator("textarea[name=text]")).to_have_value("something I have not sent yet")
+# What the page's own IndexedDB holds for a chat's draft (static/pending.js).
+KEPT_DRAFT = """(chat) => new Promise((resolve, reject) => {
+  const opening = indexedDB.open("chat-pending");
+  opening.onsuccess = () => {
+    const get = opening.result.transaction("drafts").objectStore("drafts").get(chat);
+    get.onsuccess = () => resolve(get.result?.text ?? null);
+    get.onerror = () => reject(get.error);
+  };
+  opening.onerror = () => reject(opening.error);
+})"""
 
-    page.click("textarea[name=text]")
-    page.keyboard.press("Enter")  # sending it clears the draft
-    expect(page.locator(".message", has_text="something I have not sent yet")).to_be_visible()
-    expect(page.locator(".chat-item.selected")).not_to_contain_text("Draft")
-    page.reload()
+
+def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server, load: str) -> None:
+    page = signed_up(browser, server)
+    box = page.get_by_role("textbox", name="Message")
+    box.press_sequentially("something I have not sent yet")
+    page.reload()  # 0 ms after the last key
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
-    expect(page.locator("textarea[name=text]")).to_have_value("")
+    expect(box).to_have_value("something I have not sent yet")
+
+    # The Draft mark means durable: the page's IndexedDB has every character by then.
+    box.press_sequentially(", and more")
+    expect(page.locator(".chat-item.selected")).to_contain_text("Draft")
+    chat = box.get_attribute("data-chat")
+    page.wait_for_function(  # (the mark shows once the page has handed the text to Python)
+        "() => pyodide.runPython('chat_client.store.draft(chat_client.selected)') === 'something I have not sent yet, and more'"
+    )
+    assert page.evaluate(KEPT_DRAFT, chat) == "something I have not sent yet, and more"
+
+    box.press("Enter")  # sending it clears the draft
+    expect(page.get_by_role("list", name="Messages").get_by_text("something I have not sent yet, and more", exact=True)).to_be_visible()
+    expect(box).to_have_value("")
+    page.reload()  # (at once)
+    page.wait_for_selector("body[data-ready=true]", timeout=60_000)
+    expect(page.get_by_role("list", name="Messages").get_by_text("something I have not sent yet, and more", exact=True)).to_have_count(1)
+    expect(box).to_have_value("")
+    expect(page.locator(".chat-item.selected")).not_to_contain_text("Draft")
     page.context.close()
 
 
@@ -80,24 +102,8 @@ def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserCon
     return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
 
 
-def test_what_was_typed_survives_the_browser_killed_as_soon_as_the_page_says_it_is_saved(
-    playwright: Playwright, server: Server, tmp_path: Path
-) -> None:
-    profile = tmp_path / "profile"
-    context = _launch(playwright, profile, server)
-    page = context.pages[0] if context.pages else context.new_page()
-    open_app(page)
-    sign(page, f"kill{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-    new_chat(page)
-    context.close()  # (the session cookie is on disk now: the kill below is what is tested)
-
-    context = _launch(playwright, profile, server)
-    page = context.pages[0] if context.pages else context.new_page()
-    open_app(page)
-    text = "Every key counts, up to the last one typed!"
-    page.get_by_role("textbox", name="Message").click()
-    page.keyboard.type(text, delay=25)
-    page.wait_for_function("() => document.body.dataset.drafts === 'saved'")  # (the page says so: it must be true)
+def _kill(profile: Path, context: BrowserContext) -> None:
+    """SIGKILL the whole browser (not just a tab): nothing of it gets to save anything more."""
     [pid] = _browser_processes(profile)
     os.kill(pid, signal.SIGKILL)
     try:
@@ -105,8 +111,54 @@ def test_what_was_typed_survives_the_browser_killed_as_soon_as_the_page_says_it_
     except Exception:  # the browser is gone: nothing left to close
         pass
 
+
+def _signed_up_in_a_profile(playwright: Playwright, profile: Path, server: Server) -> None:
     context = _launch(playwright, profile, server)
     page = context.pages[0] if context.pages else context.new_page()
     open_app(page)
+    sign(page, f"kill{uuid.uuid4().hex[:8]}", "a long password", signup=True)
+    new_chat(page)
+    context.close()  # (the session cookie is on disk now: the kill below is what is tested)
+
+
+def _reopened(playwright: Playwright, profile: Path, server: Server) -> tuple[BrowserContext, Page]:
+    context = _launch(playwright, profile, server)
+    page = context.pages[0] if context.pages else context.new_page()
+    open_app(page)
+    return context, page
+
+
+def test_what_was_typed_survives_the_browser_killed_as_soon_as_the_page_says_it_is_saved(
+    playwright: Playwright, server: Server, tmp_path: Path
+) -> None:
+    profile = tmp_path / "profile"
+    _signed_up_in_a_profile(playwright, profile, server)
+    context, page = _reopened(playwright, profile, server)
+    text = "Every key counts, up to the last one typed!"
+    page.get_by_role("textbox", name="Message").click()
+    page.keyboard.type(text, delay=25)
+    page.wait_for_function("() => document.body.dataset.drafts === 'saved'")  # (the page says so: it must be true)
+    _kill(profile, context)
+
+    context, page = _reopened(playwright, profile, server)
+    expect(page.get_by_role("textbox", name="Message")).to_have_value(text, timeout=BOOT_TIMEOUT)
+    context.close()
+
+
+def test_what_was_typed_survives_the_browser_killed_150_ms_after_the_last_key(
+    playwright: Playwright, server: Server, tmp_path: Path, load: str
+) -> None:
+    """Whatever Python is doing (here: starting, or saving the draft before), the page's own
+    strict IndexedDB write has every character 150 ms after the last key."""
+    profile = tmp_path / "profile"
+    _signed_up_in_a_profile(playwright, profile, server)
+    context, page = _reopened(playwright, profile, server)
+    text = "Typed, and the machine went down right after."
+    page.get_by_role("textbox", name="Message").click()
+    page.keyboard.type(text, delay=25)
+    page.wait_for_timeout(150)
+    _kill(profile, context)
+
+    context, page = _reopened(playwright, profile, server)
     expect(page.get_by_role("textbox", name="Message")).to_have_value(text, timeout=BOOT_TIMEOUT)
     context.close()

@@ -18,7 +18,7 @@ from tests.processes import Server
 PASSWORD = "a long password"
 
 
-def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, server: Server) -> None:
+def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, server: Server, load: str) -> None:
     username = f"user{uuid.uuid4().hex[:8]}"
     contexts = [browser.new_context(base_url=server.url) for _ in range(2)]
     origins: set[str] = set()

@@ -124,7 +124,7 @@ def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_k
     page.context.close()
 
 
-def test_a_message_sent_before_python_survives_a_reload_before_python(browser: Browser, server: Server) -> None:
+def test_a_message_sent_before_python_survives_a_reload_before_python(browser: Browser, server: Server, load: str) -> None:
     """Sent on the painted screen, then the page reloaded before Python had it: the message is
     shown again at once after the reload, and saved (once) when Python is up."""
     page = _page(browser, server)

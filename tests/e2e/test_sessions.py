@@ -26,7 +26,9 @@ def server_contents(page: Page) -> str:
     return page.request.get("/sync/state").text()
 
 
-def test_an_ended_session_keeps_the_chats_and_signing_in_again_sends_what_was_written(browser: Browser, server: Server) -> None:
+def test_an_ended_session_keeps_the_chats_and_signing_in_again_sends_what_was_written(
+    browser: Browser, server: Server, load: str
+) -> None:
     page = signed_up(browser, server)
     send(page, "before the session ended")
     expect(page.get_by_text("Sent.", exact=True)).to_have_count(1)
