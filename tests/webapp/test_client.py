@@ -396,11 +396,18 @@ def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> No
 
     reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
                     role="assistant", content="", created_at=T, assistant_id="demo", run_id=None)  # fmt: skip
-    seen: set[tuple[str, str]] = set()
+    words = [*message_html.REPLY_STATE.values(), *message_html.DELIVERY_STATE.values()]
+    shown = [w for w in words if w]
+    assert len(set(shown)) == len(shown) and len(shown) == len(words) - 1  # each its own; "completed" none
+    assert all(a not in b for a in shown for b in shown if a != b)  # none is part of another either
     for status in ("queued", "streaming", "completed", "failed_upstream", "cancelled"):
         html = message_html.message_item(message_html.Item(message=reply.model_copy(update={"status": status, "last_seq": 3})))
-        seen.add((f'data-state="{status}"', message_html.REPLY_STATE[status]))
-        assert f'data-state="{status}"' in html and message_html.REPLY_STATE[status] in html
+        assert f'data-state="{status}"' in html
+        said = [w for w in shown if w in html]
+        if status == "completed":  # done: no state words, only a sentence for a screen reader
+            assert said == [] and '<p class="state sr-only">Answer complete.</p>' in html and ">Retry<" not in html
+        else:
+            assert said == [message_html.REPLY_STATE[status]]
     question = reply.model_copy(update={"role": "user", "status": "completed", "last_seq": 0})
     for delivery in ("saving", "pending", "sending", "failed"):
         html = message_html.message_item(message_html.Item(message=question, delivery=Delivery(delivery, "server error 502")))
