@@ -297,3 +297,14 @@ def test_the_scroll_follows_the_latest_only_at_the_bottom_and_jump_to_latest_bri
     text += "\n\nThe last paragraph."
     patch(page, None, {}, streams={key: (0, renderer.render(text))})
     assert at_bottom(page)
+
+
+def test_the_painted_render_cache_is_taken_over_once_and_only_for_its_account_and_layout(page: Page) -> None:
+    painted = "(chat) => (globalThis.chatPainted = {account: 'u1', layout: 'L1', chat, text: ''})"
+    cached = "([account, layout]) => chatView.cached(account, layout) ?? null"
+    page.evaluate(painted, "chat-1")
+    assert page.evaluate(cached, ["u1", "L1"]) == "chat-1"
+    assert page.evaluate(cached, ["u1", "L1"]) is None  # once: a later start draws anew
+    for account, layout in (("u2", "L1"), ("u1", "L2")):
+        page.evaluate(painted, "chat-1")
+        assert page.evaluate(cached, [account, layout]) is None
