@@ -398,7 +398,6 @@ async function boot() {
   };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");
-  storage.forgetLegacy(); // (main() stored everything as chunks)
   document.body.dataset.ready = "true";
   mark("interactive");
   pythonStarted();

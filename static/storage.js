@@ -7,7 +7,6 @@
 
 const DB_NAME = "chat-files";
 export const CHUNK = 65536;
-const LEGACY_IDBFS = "/data"; // before chunks: an IDBFS mount, its database named after it
 
 function request(req) {
   return new Promise((resolve, reject) => {
@@ -71,7 +70,6 @@ export async function install(pyodide, dir, files) {
     pyodide.FS.writeFile(`${dir}/${name}`, file);
     stored[name] = file.length;
   }
-  if (!Object.keys(files).length) await migrateFromIdbfs(pyodide, dir);
   return stored;
 }
 
@@ -109,28 +107,4 @@ export async function write(captured) {
     for (const [index, chunk] of chunks) tx.objectStore("chunks").put(chunk, [name, index]);
   }
   await done(tx);
-}
-
-// The database as an earlier version stored it (whole files in an IDBFS database named after its
-// mount point, /data): copied into `dir`, so that Python's first write stores it as chunks;
-// forgetLegacy() deletes the old copy after that write.
-let legacy = false;
-async function migrateFromIdbfs(pyodide, dir) {
-  const known = (await indexedDB.databases?.()) || [];
-  if (!known.some((d) => d.name === LEGACY_IDBFS)) return;
-  const FS = pyodide.FS;
-  FS.mkdirTree(LEGACY_IDBFS);
-  FS.mount(FS.filesystems.IDBFS, {}, LEGACY_IDBFS);
-  await new Promise((resolve, reject) => FS.syncfs(true, (e) => (e ? reject(e) : resolve())));
-  const files = FS.readdir(LEGACY_IDBFS).filter((n) => n !== "." && n !== "..")
-    .map((name) => [name, FS.readFile(`${LEGACY_IDBFS}/${name}`)]);
-  FS.unmount(LEGACY_IDBFS);
-  FS.mkdirTree(dir);
-  for (const [name, data] of files) FS.writeFile(`${dir}/${name}`, data);
-  legacy = files.length > 0;
-}
-
-export function forgetLegacy() {
-  if (legacy) indexedDB.deleteDatabase(LEGACY_IDBFS);
-  legacy = false;
 }

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from playwright.sync_api import Browser, Page, expect
@@ -55,6 +57,31 @@ def signed_up(browser: Browser, server: Server, page: Page | None = None, **cont
     sign(page, f"u{uuid.uuid4().hex[:10]}", "a long password", signup=True)
     new_chat(page)
     return page
+
+
+def wait_for_next_start(page: Page) -> None:
+    """The next start's Python snapshot and compiled modules are stored (made in workers once the
+    page is interactive: the last thing a first visit does). (page.wait_for_function does not await
+    a promise: each poll asks the cache, and looks at what the poll before found.)"""
+    page.wait_for_function(
+        """() => {
+          caches.open("python-start").then((c) => c.keys()).then((keys) => { window.startCached = keys.length; });
+          return window.startCached === 2;
+        }""",
+        polling=250,
+        timeout=90_000,
+    )
+
+
+def wait_until(page: Page, predicate: Callable[[], object], why: Callable[[], str] | str = "", timeout: float = 30.0) -> None:
+    """Like tests/waiting.py's until, for a condition on what Playwright's handlers (a route, a
+    WebSocket's frames) record in Python: they run only while Playwright is called, so this polls
+    with short waits of Playwright's until the condition holds, and fails after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
+        page.wait_for_timeout(20)
 
 
 def at_bottom(page: Page) -> bool:

@@ -173,6 +173,18 @@ HOLD = """(steal) => {
 }"""
 
 
+# Counts the IndexedDB transactions this page begins (IndexedDB runs transactions of one store in
+# the order they were begun, whichever page begins them).
+COUNT_TRANSACTIONS = """() => {
+  window.transactions = 0;
+  const begin = IDBDatabase.prototype.transaction;
+  IDBDatabase.prototype.transaction = function (...args) {
+    window.transactions += 1;
+    return begin.apply(this, args);
+  };
+}"""
+
+
 def pages(browser: Browser, url: str, count: int) -> tuple[BrowserContext, list[Page]]:
     context = browser.new_context(base_url=url)
     opened = [context.new_page() for _ in range(count)]
@@ -246,8 +258,9 @@ def test_a_section_after_a_steal_finds_the_lease_lost_before_it_runs(lan_browser
     # another section, which IndexedDB runs after the steal.
     a.evaluate("() => { locks.request('io', () => new Promise((resolve) => { window.leave = resolve; })); }")
     a.wait_for_function("() => window.leave !== undefined")
+    b.evaluate(COUNT_TRANSACTIONS)
     b.evaluate(HOLD, True)
-    b.wait_for_timeout(200)  # (the order of the two requests below, not an assertion)
+    b.wait_for_function("() => window.transactions >= 1")  # B's steal is queued in IndexedDB, before A's next section
     a.evaluate("() => { window.seen = null; locks.request('io', () => { window.seen = window.lease; }); }")
     a.evaluate("() => window.leave()")
     a.wait_for_function("() => window.seen !== null")

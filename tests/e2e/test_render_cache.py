@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Browser, Page, Route, expect
 
-from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign
+from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, wait_for_next_start
 from tests.processes import Server
 
 PASSWORD = "a long password"
@@ -191,10 +191,7 @@ def test_the_next_start_begins_from_a_python_snapshot_and_compiled_modules(brows
     page = _page(browser, server)
     open_app(page)
     assert page.evaluate("() => document.body.dataset.python") == "fresh"
-    for _ in range(180):  # (the snapshot and the bytecode, made in workers once the page is interactive)
-        if page.evaluate("async () => (await (await caches.open('python-start')).keys()).length") == 2:
-            break
-        page.wait_for_timeout(500)
+    wait_for_next_start(page)
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     assert page.evaluate("() => document.body.dataset.python") == "snapshot"

@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, expect
 from server.assets import versioned_dir
 from server.config import ROOT
 from tests.bench.first_visit import CountingProxy
-from tests.e2e.pages import BOOT_TIMEOUT, open_app, wait_for_service_worker
+from tests.e2e.pages import BOOT_TIMEOUT, open_app, wait_for_next_start, wait_for_service_worker
 from tests.processes import Server
 
 WASM = f"/static/{versioned_dir(ROOT / 'static', 'pyodide')}/pyodide.asm.wasm"
@@ -41,7 +41,7 @@ def test_a_first_visit_downloads_each_file_once_and_a_new_version_installs(
         page = context.new_page()
         open_app(page)
         wait_for_service_worker(page)  # (it activates once its precache is complete)
-        page.wait_for_timeout(500)
+        wait_for_next_start(page)  # the last of a first visit: nothing more is fetched after it
         twice = {path: n for path, n in proxy.downloads.items() if n > 1 and path.startswith(("/static/", "/py/"))}
         assert twice == {}, twice
         assert proxy.downloads[WASM] == 1

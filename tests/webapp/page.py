@@ -1,87 +1,55 @@
-"""An in-memory page for the client's tests: the View protocol (webapp/app.py) applied the way
-static/view.js applies it, so a test can hold a message's node and see whether a redraw kept it."""
+"""A page for the client's tests under CPython that records what the client asks of it (the View
+protocol of webapp/app.py), and does nothing more: what the page then makes of it (nodes kept or
+morphed, a stream's end replaced, what is typed kept in the composer, the scroll) is static/view.js's
+part, tested in Chromium by tests/e2e/test_view.py."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
-
-# An item: its content, then the end of its bubble, then what it says of itself and its tools.
-_ITEM = re.compile(r'(.*?<div class="content">)(.*)(</div></div>(?:<p class="state[^"]*">.*?</p>)?<div class="meta">.*)', re.DOTALL)
-VOID = {"br", "hr", "input", "img", "wbr"}
-
-
-class _TopLevel(HTMLParser):
-    """Where each top-level element of an HTML fragment ends."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__(convert_charrefs=False)
-        self.lines = [0]
-        for line in html.splitlines(keepends=True):
-            self.lines.append(self.lines[-1] + len(line))
-        self.depth, self.ends = 0, []
-        self.feed(html)
-        self.close()
-
-    def _here(self) -> int:
-        line, column = self.getpos()
-        return self.lines[line - 1] + column
-
-    def handle_starttag(self, tag: str, attrs: object) -> None:
-        if tag in VOID:
-            if self.depth == 0:
-                self.ends.append(self._here() + len(self.get_starttag_text() or ""))
-            return
-        self.depth += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            self.ends.append(self._here() + len(f"</{tag}>"))
-
-
-@dataclass(eq=False)
-class Node:
-    """One message item of the list (compared by identity, like a DOM node)."""
-
-    html: str
-    morphs: int = 0
-    streamed: int = 0  # stream patches: the end of its text replaced
 
 
 @dataclass
 class Composer:
+    """What the client last asked the composer to be."""
+
     chat: str = ""
-    text: str = ""
+    text: str = ""  # the last text it was given (a call with None leaves it)
     note: str | None = None
-    typed: bool = False  # typed into since it was last set
+
 
 @dataclass
 class FakePage:
     regions: dict[str, str] = field(default_factory=dict)
-    nodes: dict[str, Node] = field(default_factory=dict)  # key -> node, in the list's order
+    drawn: list[str] = field(default_factory=list)  # the region of every set_html and morph, in order
+    items: dict[str, str] = field(default_factory=dict)  # key -> the HTML last sent for it, in the list's order
+    streamed: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> the last stream patch since
     earlier: bool = False
     patches: list[dict[str, str]] = field(default_factory=list)  # what each patch of the list changed
     streams: list[dict[str, tuple[int, str]]] = field(default_factory=list)  # and the streams it carried
     composer: Composer = field(default_factory=Composer)
+    composed: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # every set_composer
+    restored: list[tuple[str, str]] = field(default_factory=list)  # (selector, text) given back to an input
     status: str = ""
+    status_text: str = ""
     focused: str = ""
     frames: list[Callable[[], None]] = field(default_factory=list)
     revealed: str = ""  # the item a search result went to
     drawer: bool = False  # the chat list's drawer (narrow screens) is open
     downloads: list[tuple[str, str, str]] = field(default_factory=list)  # (filename, type, text)
     remembered: tuple[str, str] | None = None  # whose screen the render cache keeps: (account, layout)
-    painted: tuple[str, str, str] | None = None  # the render cache painted at start: (account, layout, chat)
+    painted: str | None = None  # the chat the painted render cache shows, as the page answers cached()
+    asked_cached: list[tuple[str, str]] = field(default_factory=list)  # (account, layout) of each cached()
 
     # --- the View protocol -----------------------------------------------------------------------
 
     def set_html(self, region: str, html: str) -> None:
         self.regions[region] = html
+        self.drawn.append(region)
 
     def morph(self, region: str, html: str) -> None:
         self.regions[region] = html
+        self.drawn.append(region)
 
     def patch_messages(
         self,
@@ -91,37 +59,29 @@ class FakePage:
         earlier: bool,
         streams: dict[str, tuple[int, str]],
     ) -> None:
+        """Keeps what the protocol says the list holds: the keys of ``order``, each with the HTML
+        last sent for it, and the stream patches sent since."""
         if opened:
-            self.nodes = {}
+            self.items, self.streamed = {}, {}
         for key, html in changed.items():
-            node = self.nodes.get(key)
-            if node is None:
-                assert order is not None and key in order, "a new item comes with the order"
-                self.nodes[key] = Node(html)
-            else:
-                node.html, node.morphs = html, node.morphs + 1
+            assert key in self.items or (order is not None and key in order), "a new item comes with the order"
+            self.items[key] = html
+            self.streamed.pop(key, None)
         if order is not None:
-            self.nodes = {key: self.nodes[key] for key in order}
+            self.items = {key: self.items[key] for key in order}
+            self.streamed = {key: s for key, s in self.streamed.items() if key in self.items}
             self.earlier = earlier
-        for key, (kept, html) in streams.items():  # as static/view.js: streamInto
-            node = self.nodes[key]
-            head, content, end = _ITEM.fullmatch(node.html).groups()  # type: ignore[union-attr]
-            cut = _TopLevel(content).ends[kept - 1] if kept else 0
-            content = content[: cut + 1 if content[cut : cut + 1] == "\n" else cut]  # (with the line break after it)
-            node.html, node.streamed = head + content + html + end, node.streamed + 1
+        for key, stream in streams.items():
+            assert key in self.items, "a stream patch is for an item drawn"
+            self.streamed[key] = stream
         self.patches.append({**changed, **{key: "(stream)" for key in streams}})
         self.streams.append(dict(streams))
 
     def set_composer(self, chat_id: str, text: str | None, note: str | None) -> None:
-        """As static/view.js does: what was typed into this chat's draft since is never replaced."""
-        composer = self.composer
-        typed = composer.typed and composer.chat == chat_id and composer.note is None and note is None
-        composer.chat, composer.note = chat_id, note
-        if text is not None and not typed:
-            composer.text, composer.typed = text, False
-
-    def type(self, text: str) -> None:
-        self.composer.text, self.composer.typed = text, True
+        self.composed.append((chat_id, text, note))
+        self.composer.chat, self.composer.note = chat_id, note
+        if text is not None:
+            self.composer.text = text
 
     def set_status(self, status: str, text: str) -> None:
         self.status, self.status_text = status, text
@@ -130,11 +90,10 @@ class FakePage:
         self.focused = selector
 
     def restore_text(self, selector: str, text: str) -> None:
-        if not self.composer.text:
-            self.composer.text = text
+        self.restored.append((selector, text))
 
     def reveal(self, key: str) -> None:
-        assert key in self.nodes, "a message is revealed once it is drawn"
+        assert key in self.items, "a message is revealed once it is drawn"
         self.revealed = key
 
     def toggle_chats(self, open: bool | None = None) -> None:
@@ -147,12 +106,10 @@ class FakePage:
         self.remembered = None if account_id is None else (account_id, layout)
 
     def cached(self, account_id: str, layout: str) -> str | None:
-        """As static/view.js: the painted screen is taken over once, if it is this account's and
-        this layout's."""
+        """What the test says the page shows (once: the client takes it over at start)."""
+        self.asked_cached.append((account_id, layout))
         painted, self.painted = self.painted, None
-        if painted is None or painted[:2] != (account_id, layout):
-            return None
-        return painted[2]
+        return painted
 
     # --- for the tests ---------------------------------------------------------------------------
 
@@ -167,7 +124,12 @@ class FakePage:
 
     @property
     def messages(self) -> str:
-        return "\n".join(node.html for node in self.nodes.values())
+        """Every item's HTML as last sent, each followed by the end of its text last streamed."""
+        return "\n".join(html + (f"\n(stream){self.streamed[key][1]}" if key in self.streamed else "") for key, html in self.items.items())
 
-    def node(self, message_id: str) -> Node:
-        return self.nodes[f"m-{message_id}"]
+    def item(self, message_id: str) -> str:
+        return self.items[f"m-{message_id}"]
+
+    def touched(self, key: str, since: int) -> bool:
+        """A patch since the ``since``-th one changed this item or streamed into it."""
+        return any(key in patch for patch in self.patches[since:])

@@ -1,5 +1,5 @@
 """The client's UI logic (webapp/app.py, webapp/pane.py) under CPython, on an in-memory page that
-applies its patches the way static/view.js does."""
+records what the client asks of it (what static/view.js then does is tests/e2e/test_view.py's)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
     assert 'class="message assistant pending queued"' in page.messages
     assert "the assistant is asked once the server can be reached" in page.messages and ">Stop<" in page.messages
     await client.dispatch("send", {"text": "   "})  # blank: nothing
-    assert len(page.nodes) == 2
+    assert len(page.items) == 2
     assert [p.event.type for p in client.store.outbox()] == ["ChatCreated", "MessageAppended", "AssistantRunRequested"]
     await client.dispatch("send", {"text": "no answer needed", "assistant": ""})
     assert client.store.pending_count() == 4 and client.store.setting("assistant") == ""
@@ -135,10 +135,9 @@ async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
         raise OSError("disk full")
 
     monkeypatch.setattr(client.store, "add_local", disk_full)
-    page.composer.text = ""  # (the page cleared it when Send was pressed)
     with pytest.raises(OSError):
         await client.dispatch("send", {"text": "keep me"})
-    assert page.composer.text == "keep me"
+    assert page.restored == [("#composer-text", "keep me")]  # (the page puts it back unless typed into again)
 
 
 async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
@@ -168,8 +167,12 @@ async def test_drafts_are_kept_per_chat_marked_in_the_list_and_cleared_by_sendin
 
 
 async def test_nothing_redrawn_replaces_the_composer_or_its_text(tmp_path: Path) -> None:
+    """The client sets the composer only when a chat is opened, with its draft as saved; that the
+    page then keeps what was typed since (and its cursor) is static/view.js's (tests/e2e/test_view.py)."""
     client, page = await signed_in(tmp_path)
-    page.type("typed right after signing in")
+    chat = client.selected or ""
+    await client.dispatch("draft", {"text": "typed right after signing in", "chat": chat})
+    composed, drawn = len(page.composed), len(page.drawn)
     client.store.conn.execute("INSERT INTO meta VALUES ('setting:assistants', '[]')")  # (to differ from the list)
 
     class Listing(OfflineTransport):
@@ -181,9 +184,10 @@ async def test_nothing_redrawn_replaces_the_composer_or_its_text(tmp_path: Path)
     client.choice.transport = Listing()  # type: ignore[assignment]
     await client.choice.refresh()  # the list of assistants arrives
     client.redraw()  # and sync redraws
-    client.redraw(chat_changed=True)  # even the chat drawn anew
-    assert "Big model" in page.regions["assistant-choice"]
-    assert page.composer.text == "typed right after signing in"
+    assert "Big model" in page.regions["assistant-choice"] and len(page.composed) == composed  # the composer untouched
+    client.redraw(chat_changed=True)  # the chat drawn anew: its draft, as saved
+    assert page.composed[composed:] == [(chat, "typed right after signing in", None)]
+    assert "root" not in page.drawn[drawn:]  # the layout, the box in it, is drawn once per sign-in
 
 
 async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> None:
@@ -218,15 +222,15 @@ async def confirm_outbox(client: Client) -> int:
     return client.store.last_seq()
 
 
-async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_node_changes(tmp_path: Path) -> None:
+async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_item_changes(tmp_path: Path) -> None:
     client, page = await signed_in(tmp_path)
     await client.dispatch("send", {"text": "earlier", "assistant": ""})
     await client.dispatch("send", {"text": "hi", "assistant": "demo"})
     _, question, reply = client.store.messages(client.selected or "")
     assert reply.status == "queued" and reply.parent_id == question.id and reply.run_id
     seq = await confirm_outbox(client)
-    earlier_node, question_node = page.node(client.store.messages(client.selected or "")[0].id), page.node(question.id)
-    morphed = question_node.morphs
+    earlier_key, question_key = f"m-{client.store.messages(client.selected or '')[0].id}", f"m-{question.id}"
+    since = len(page.patches)
 
     # The server starts streaming: deltas show at the next frame; one that skips ahead waits for a checkpoint.
     streaming = reply.model_copy(update={"status": "streaming", "content": ""})
@@ -243,8 +247,7 @@ async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_node_changes(
     page.paint()
     assert len(page.patches) == patches + 1 and list(page.patches[-1]) == [f"m-{reply.id}"]  # one node, once
     assert f"<p>{text.strip()}</p>" in page.messages and "far ahead" not in page.messages
-    assert page.node(question.id) is question_node and question_node.morphs == morphed
-    assert page.nodes[next(iter(page.nodes))] is earlier_node
+    assert not page.touched(question_key, since) and not page.touched(earlier_key, since)  # the other items: asked nothing
 
     # A checkpoint that knows more replaces what the deltas built.
     checkpoint = streaming.model_copy(update={"content": text + "and more"})
@@ -261,7 +264,7 @@ async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_node_changes(
     assert isinstance(retry, DomainEvent) and retry.type == "AssistantRunRequested"
     assert retry.payload.parent_id == question.id and retry.payload.message_id != reply.id  # type: ignore[union-attr]
     # The retry is a branch beside the stopped reply, and it is the one shown.
-    assert f"m-{retry.payload.message_id}" in page.nodes and f"m-{reply.id}" not in page.nodes  # type: ignore[union-attr]
+    assert f"m-{retry.payload.message_id}" in page.items and f"m-{reply.id}" not in page.items  # type: ignore[union-attr]
     assert ">2 / 2<" in page.messages
 
 
@@ -281,9 +284,16 @@ async def test_a_streaming_reply_is_drawn_by_its_last_block_only(tmp_path: Path)
         client._on_delta(DeltaFrame(message_id=reply.id, run_id=reply.run_id or "", offset=len(text), text=piece))
         text += piece
         page.paint()
-        node = page.node(reply.id)
-        assert markdown.render(text) in node.html  # what the page has is the whole text, rendered
-    assert node.streamed >= 35 and node.morphs <= 3  # drawn by the end of its text, not the whole
+        # What the page is sent is the whole text, rendered: the item, or since it the blocks it
+        # keeps (the first ``kept``: tests/e2e/test_view.py) and what follows them.
+        if f"m-{reply.id}" in page.streamed:
+            kept, html = page.streamed[f"m-{reply.id}"]
+            assert "".join(client.pane._renderers[reply.id].kept[:kept]) + html == markdown.render(text)
+        else:
+            assert markdown.render(text) in page.item(reply.id)
+    item_patches = sum(f"m-{reply.id}" in patch and patch[f"m-{reply.id}"] != "(stream)" for patch in page.patches)
+    stream_patches = sum(f"m-{reply.id}" in patch for patch in page.streams)
+    assert stream_patches >= 35 and item_patches <= 3  # drawn by the end of its text, not the whole
     sent = [html for patch in page.streams[-30:] for _, html in patch.values()]
     # Each frame carries the blocks after those it kept (two at most here), never the whole text.
     assert max(len(html) for html in sent) < len(markdown.render(text)) / 5
@@ -304,17 +314,17 @@ async def test_regenerate_and_edit_make_branches_and_the_model_gets_the_shown_pa
     assert [t.content for t in model.asked[2]] == ["first question"]
     a1b = client.store.messages(chat)[-1]
     assert a1b.parent_id == q1.id and a1b.content == "answer 3"
-    assert list(page.nodes) == [f"m-{q1.id}", f"m-{a1b.id}"] and ">2 / 2<" in page.messages
+    assert list(page.items) == [f"m-{q1.id}", f"m-{a1b.id}"] and ">2 / 2<" in page.messages
     await client.dispatch("send", {"text": "third question", "assistant": DEVICE_MODEL_ID})
     assert [t.content for t in model.asked[3]] == ["first question", "answer 3", "third question"]
 
     # Previous branch: the first answer and what followed it, as this device remembers across a reload.
     await client.dispatch("show-branch", {"fork": q1.id, "id": a1.id})
-    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)] and ">1 / 2<" in page.messages
+    assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2, a2)] and ">1 / 2<" in page.messages
     client.store.close()
     client, page, _ = make_client(tmp_path, model)
     client.start()
-    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
+    assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
 
     # Editing an answered question: a new question beside it, asked again; the old branch stays.
     await client.dispatch("edit-message", {"id": q2.id})
@@ -324,9 +334,9 @@ async def test_regenerate_and_edit_make_branches_and_the_model_gets_the_shown_pa
     assert q2b.parent_id == a1.id and q2b.content == "second, better" and a2b.parent_id == q2b.id
     assert [t.content for t in model.asked[-1]] == ["first question", "answer 1", "second, better"]
     assert client.store.message(q2.id) == q2  # unchanged
-    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2b, a2b)]
+    assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2b, a2b)]
     await client.dispatch("show-branch", {"fork": a1.id, "id": q2.id})
-    assert list(page.nodes) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
+    assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
 
 
 async def test_a_long_chat_draws_its_latest_messages_and_more_on_demand(tmp_path: Path) -> None:
@@ -335,20 +345,20 @@ async def test_a_long_chat_draws_its_latest_messages_and_more_on_demand(tmp_path
     for i in range(WINDOW + 10):
         await client.dispatch("send", {"text": f"message {i}", "assistant": ""})
     # While it is open, new messages are added below and those above stay (nothing moves)...
-    assert len(page.nodes) == WINDOW + 10 and "<p>message 0</p>" in page.messages
+    assert len(page.items) == WINDOW + 10 and "<p>message 0</p>" in page.messages
     # ...opened again, it draws its latest messages, and more on demand.
     await client.dispatch("select-chat", {"id": chat})
-    assert len(page.nodes) == WINDOW and page.earlier
+    assert len(page.items) == WINDOW and page.earlier
     assert f"message {WINDOW + 9}" in page.messages and "<p>message 9</p>" not in page.messages
-    kept = page.node(client.store.messages(chat)[-1].id)
+    since, latest = len(page.patches), f"m-{client.store.messages(chat)[-1].id}"
     await client.dispatch("show-earlier", {})
-    assert len(page.nodes) == WINDOW + 10 and not page.earlier and "<p>message 0</p>" in page.messages
-    assert page.node(client.store.messages(chat)[-1].id) is kept
+    assert len(page.items) == WINDOW + 10 and not page.earlier and "<p>message 0</p>" in page.messages
+    assert not page.touched(latest, since)  # the ones drawn already are not sent again
     # The list stays within bounds as a chat goes on: at most WINDOW more than it was opened with.
     await client.dispatch("select-chat", {"id": chat})
     for i in range(2 * WINDOW):
         await client.dispatch("send", {"text": f"later {i}", "assistant": ""})
-        assert WINDOW <= len(page.nodes) <= 2 * WINDOW
+        assert WINDOW <= len(page.items) <= 2 * WINDOW
 
 
 async def test_the_assistant_chosen_is_remembered_when_chosen(tmp_path: Path) -> None:
@@ -384,10 +394,10 @@ async def test_a_message_drawn_by_another_action_before_it_is_durable_says_savin
     await until(lambda: [m.content for m in client.store.messages(client.selected or "")] == ["one", "two"])
     client.redraw()  # another action draws the chat: "two" is committed, not durable
     [two] = [m for m in client.store.messages(client.selected or "") if m.content == "two"]
-    assert 'data-state="saving"' in page.node(two.id).html and "Saving on this device…" in page.node(two.id).html
+    assert 'data-state="saving"' in page.item(two.id) and "Saving on this device…" in page.item(two.id)
     held.set()
     await sending
-    assert 'data-state="pending"' in page.node(two.id).html and "Saved on this device" in page.node(two.id).html
+    assert 'data-state="pending"' in page.item(two.id) and "Saved on this device" in page.item(two.id)
 
 
 def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> None:
@@ -396,11 +406,18 @@ def test_every_reply_status_and_delivery_has_its_own_words(tmp_path: Path) -> No
 
     reply = Message(id=Uuid7Generator(lambda: 1, os.urandom)(), chat_id="0" * 8 + "-0000-7000-8000-" + "0" * 12,
                     role="assistant", content="", created_at=T, assistant_id="demo", run_id=None)  # fmt: skip
-    seen: set[tuple[str, str]] = set()
+    words = [*message_html.REPLY_STATE.values(), *message_html.DELIVERY_STATE.values()]
+    shown = [w for w in words if w]
+    assert len(set(shown)) == len(shown) and len(shown) == len(words) - 1  # each its own; "completed" none
+    assert all(a not in b for a in shown for b in shown if a != b)  # none is part of another either
     for status in ("queued", "streaming", "completed", "failed_upstream", "cancelled"):
         html = message_html.message_item(message_html.Item(message=reply.model_copy(update={"status": status, "last_seq": 3})))
-        seen.add((f'data-state="{status}"', message_html.REPLY_STATE[status]))
-        assert f'data-state="{status}"' in html and message_html.REPLY_STATE[status] in html
+        assert f'data-state="{status}"' in html
+        said = [w for w in shown if w in html]
+        if status == "completed":  # done: no state words, only a sentence for a screen reader
+            assert said == [] and '<p class="state sr-only">Answer complete.</p>' in html and ">Retry<" not in html
+        else:
+            assert said == [message_html.REPLY_STATE[status]]
     question = reply.model_copy(update={"role": "user", "status": "completed", "last_seq": 0})
     for delivery in ("saving", "pending", "sending", "failed"):
         html = message_html.message_item(message_html.Item(message=question, delivery=Delivery(delivery, "server error 502")))

@@ -43,7 +43,7 @@ async def test_a_refused_message_stays_until_it_is_resent_corrected_or_discarded
     # Refused, with the reason; the request for its answer was refused with it and is part of it.
     [question, request] = device.store.rejected(chat)
     assert device.store.messages(chat) == [] and device.store.pending_count() == 0
-    assert list(page.nodes) == [f"r-{question.event.event_id}"]
+    assert list(page.items) == [f"r-{question.event.event_id}"]
     shown = page.messages
     assert 'data-state="rejected"' in shown and "a question far too long for this server" in shown
     assert "Not accepted: the message is longer than 20 characters (this server&#x27;s limit)" in shown
@@ -61,14 +61,14 @@ async def test_a_refused_message_stays_until_it_is_resent_corrected_or_discarded
     delivered, reply = device.store.messages(chat)
     assert delivered.content == "a short question" and delivered.last_seq and device.store.rejected(chat) == []
     assert reply.parent_id == delivered.id and reply.assistant_id == "demo" and reply.run_id
-    assert list(page.nodes) == [f"m-{delivered.id}", f"m-{reply.id}"]
+    assert list(page.items) == [f"m-{delivered.id}", f"m-{reply.id}"]
 
     # Discard: gone, with nothing sent.
     await client.dispatch("send", {"text": "another one far too long for it", "assistant": ""})
     await device.sync()
     client.redraw()
     [refused] = device.store.rejected(chat)
-    assert f"r-{refused.event.event_id}" in page.nodes
+    assert f"r-{refused.event.event_id}" in page.items
     await client.dispatch("discard", {"id": refused.event.event_id})
-    assert device.store.rejected(chat) == [] and f"r-{refused.event.event_id}" not in page.nodes
+    assert device.store.rejected(chat) == [] and f"r-{refused.event.event_id}" not in page.items
     assert len(device.store.messages(chat)) == 2
