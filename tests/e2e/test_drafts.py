@@ -14,7 +14,6 @@ from tests.e2e.conftest import playwright_config
 from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, signed_up
 from tests.processes import Server
 
-
 # What the page's own IndexedDB holds for a chat's draft (static/pending.js).
 KEPT_DRAFT = """(chat) => new Promise((resolve, reject) => {
   const opening = indexedDB.open("chat-pending");
