@@ -20,3 +20,13 @@ async def until(predicate: Callable[[], Any], why: Any = "", timeout: float = 10
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
         await asyncio.sleep(0.01)
+
+
+async def loop_turn() -> None:
+    """Return once the event loop has run every callback scheduled before this call (it runs them
+    first in, first out): what the caller set in motion, a task's cancellation say, has taken its
+    step. The marker after which something that would have happened by then can be checked absent."""
+    loop = asyncio.get_running_loop()
+    turn = loop.create_future()
+    loop.call_soon(turn.set_result, None)
+    await turn

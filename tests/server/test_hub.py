@@ -80,9 +80,9 @@ async def test_a_commit_is_read_once_for_all_the_sockets_of_its_account() -> Non
         hub.notify("a", seq)  # ... and the same commit's from PostgreSQL's LISTEN
         await until(lambda: all(len(s.seqs) == expected for s in sockets))  # noqa: B023 (awaited at once)
         assert log.reads - reads == 1  # one read by the hub; no socket read for itself
-        await asyncio.sleep(0.01)
+        await until(lambda: not hub._tasks, "the hub's read is over")
         hub.notify("a", seq)  # late: already read for every socket
-        await asyncio.sleep(0.01)
+        await until(lambda: not hub._tasks, "any read it began is over")  # (a read begins at the notify)
         assert log.reads - reads == 1
     assert all(s.seqs == [1, 2] for s in sockets)
     for s in sockets:

@@ -13,6 +13,7 @@ from quart.typing import TestClientProtocol as Client
 from shared.models import DomainEvent
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, new_id
+from tests.waiting import until
 
 
 async def receive(ws: Any, timeout: float = 5) -> dict[str, Any]:
@@ -54,13 +55,16 @@ async def test_an_append_by_any_writer_reaches_the_live_sockets_through_the_stor
 async def test_hand_over_has_no_gap_and_no_duplicate_while_writers_commit(client: Client) -> None:
     session = await signup(client)
     total = 60
+    written = 0
 
     async def writer() -> None:
+        nonlocal written
         for _ in range(total):
             await client.post("/sync/events", json={"events": [chat_created(new_id())]}, headers=bearer(session))
+            written += 1
 
     writing = asyncio.ensure_future(writer())
-    await asyncio.sleep(0.05)
+    await until(lambda: written >= 10, "the writer has begun")  # a backlog, and commits still to come
     async with client.websocket("/sync/live?afterSeq=0", headers=bearer(session)) as ws:
         seqs = []
         while len(seqs) < total:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from server.db import integer, optional_text, text
 from server.sqlite_db import SqliteDatabase
 from shared.models import DomainEvent
 from tests.server.events import chat_created, event, message, new_id
+from tests.waiting import loop_turn, until
 
 
 async def opened(path: Path) -> SqliteDatabase:
@@ -26,6 +28,20 @@ async def opened(path: Path) -> SqliteDatabase:
     async with db.transaction(write=True) as tx:
         await tx.execute("CREATE TABLE t (x INTEGER)")
     return db
+
+
+def lock_waits(db: SqliteDatabase, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set when a write transaction, finding another process's lock taken, has gone to wait for
+    it (in a worker thread: the real wait, only watched)."""
+    began = threading.Event()
+    wait_to_begin = db._wait_to_begin
+
+    def watched(conn: sqlite3.Connection) -> None:
+        began.set()
+        wait_to_begin(conn)
+
+    monkeypatch.setattr(db, "_wait_to_begin", watched)
+    return began
 
 
 async def test_a_read_does_not_wait_for_a_write_transaction_in_flight(tmp_path: Path) -> None:
@@ -45,9 +61,10 @@ async def test_a_read_does_not_wait_for_a_write_transaction_in_flight(tmp_path: 
         await db.close()
 
 
-async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path: Path) -> None:
+async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "chat.db"
     db = await opened(path)
+    waiting = lock_waits(db, monkeypatch)
     other = sqlite3.connect(path, isolation_level=None)  # as another process would: its own lock
     try:
         other.execute("BEGIN IMMEDIATE")
@@ -57,7 +74,8 @@ async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path
                 await tx.execute("INSERT INTO t VALUES (1)")
 
         task = asyncio.ensure_future(write())
-        await asyncio.sleep(0.2)  # the loop runs meanwhile (a wait on it would hold it for 5 s, then fail)
+        # The write waits in a thread, the loop free meanwhile (a wait on the loop would hold it for 5 s, then fail).
+        await until(lambda: waiting.is_set() or task.done(), "the write neither waits for the lock nor is done")
         assert not task.done()
         assert await db.read_one("SELECT count(*) FROM t") == (0,)
         other.execute("COMMIT")  # the other process lets go: the write goes through
@@ -68,9 +86,12 @@ async def test_a_write_waiting_for_another_process_leaves_the_loop_free(tmp_path
         await db.close()
 
 
-async def test_a_write_cancelled_while_it_waits_for_another_process_leaves_nothing_begun(tmp_path: Path) -> None:
+async def test_a_write_cancelled_while_it_waits_for_another_process_leaves_nothing_begun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "chat.db"
     db = await opened(path)
+    waiting = lock_waits(db, monkeypatch)
     other = sqlite3.connect(path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
@@ -80,14 +101,18 @@ async def test_a_write_cancelled_while_it_waits_for_another_process_leaves_nothi
                 await tx.execute("INSERT INTO t VALUES (?)", value)
 
         cancelled = asyncio.ensure_future(write(1))
-        await asyncio.sleep(0.1)
+        await until(waiting.is_set, "the write waits for the lock")
         cancelled.cancel()  # (its wait for the lock goes on in a thread)
-        await asyncio.sleep(0.1)
+        # The write has taken its cancellation (the other process still holds the lock), and keeps the
+        # connection until its thread lets go: asserted last, once the thread is done with it.
+        await loop_turn()
+        held = not cancelled.done()
         other.execute("COMMIT")
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(cancelled, 5)
         await asyncio.wait_for(write(2), 5)
         assert await db.read_one("SELECT group_concat(x) FROM t") == ("2",)
+        assert held, "the cancelled write let go of the connection while its thread still waited with it"
     finally:
         other.close()
         await db.close()
