@@ -116,6 +116,113 @@ def curl_snapshot(server: Server, token: str, limit: int = 1000) -> tuple[float,
 
 
 @dataclass(frozen=True)
+class WholeStateFigures:
+    """A new device's sync timed to three ends, in seconds from the click on Sign in."""
+
+    messages: int
+    rows: int
+    at_once: bool  # signed in at once after the first page load (else: once precached and warmed)
+    spinning: bool  # a process spinning on one core beside it
+    last_state_response: float  # the end of the last /sync/state response (page.on("requestfinished"))
+    online: float  # the status says Online
+    oldest_found: float  # the oldest message found by an offline search (typed once Online)
+    indexed: float  # the search index holds every message (its backlog empty)
+
+    @property
+    def rate(self) -> float:
+        """Rows/s to Online."""
+        return self.rows / self.online
+
+
+# When a search result shows the oldest message (performance.now()).
+OLDEST_FOUND = """() => { window.benchFound = null;
+  const seen = () => [...document.querySelectorAll('button')].some((b) => b.closest('[aria-label="Search results"]') && b.textContent.includes('0: the quick'));
+  new MutationObserver((_, observer) => {
+    if (seen()) { window.benchFound = performance.now(); observer.disconnect(); }
+  }).observe(document.body, { childList: true, subtree: true, characterData: true }); }"""
+
+# Once Online: how many messages the search index does not hold yet, polled in the page every
+# 50 ms until none (performance.now() of the first poll that finds none).
+INDEXED = """() => new Promise((resolve) => {
+  const poll = () => {
+    if (pyodide.runPython('chat_client.store.search_backlog()') === 0) resolve(performance.now());
+    else setTimeout(poll, 50);
+  };
+  poll();
+})"""
+
+
+def whole_state_sync(browser: Browser, server: Server, username: str, messages: int, at_once: bool, spinning: bool) -> WholeStateFigures:
+    """A new browser context signs in to the account, either once the service worker has
+    precached the app and the first start has made what the next starts from (as
+    ``new_device_sync``), or ``at_once`` after the first page load, as a person signing in
+    quickly on a fresh browser meets it (the precache and the warm-up workers,
+    static/warm-worker.js, run beside the sync). Timed to the last /sync/state response's end,
+    to Online, to the oldest message found by a search with the context offline, and to the
+    search index complete."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if spinning else None
+    try:
+        context = browser.new_context(base_url=server.url)
+        page = context.new_page()
+        finished: list[float] = []  # epoch ms of each /sync/state response's end
+        page.on(
+            "requestfinished",
+            lambda request: "/sync/state" in request.url
+            and finished.append(request.timing["startTime"] + request.timing["responseEnd"]),
+        )
+        open_app(page)
+        if not at_once:
+            wait_for_service_worker(page)
+            for _ in range(1200):
+                if page.evaluate(WARMED):
+                    break
+                page.wait_for_timeout(100)
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", PASSWORD)
+        page.evaluate("() => { window.benchStart = performance.now(); }")
+        page.click("button[value=signin]")
+        page.wait_for_function(STATUS_ONLINE, timeout=600_000, polling=10)
+        online, start, origin = page.evaluate("() => [performance.now(), window.benchStart, performance.timeOrigin]")
+        # The oldest message (the export's first, "0: ..."; the token 0 is in no other), searched
+        # for with the device offline, the way a person would look for it.
+        context.set_offline(True)
+        page.evaluate(OLDEST_FOUND)
+        page.keyboard.press("Control+K")
+        page.get_by_role("searchbox", name="Search").press_sequentially("0")
+        page.wait_for_function("() => window.benchFound !== null", timeout=600_000)
+        found = page.evaluate("() => window.benchFound")
+        indexed = page.evaluate(INDEXED)
+        count = page.evaluate(
+            "code => pyodide.runPythonAsync(code)",
+            "chat_client.store.conn.execute('SELECT (SELECT count(*) FROM messages) + (SELECT count(*) FROM chats)').fetchone()[0]",
+        )
+        page.wait_for_timeout(200)  # (the last requestfinished event delivered)
+        context.close()
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    assert finished, "no /sync/state response"
+    _, rows, _ = curl_snapshot(server, login(server, username))
+    assert count == rows, (count, rows)
+    since = lambda t: (t - start) / 1000  # noqa: E731
+    return WholeStateFigures(
+        messages, count, at_once, spinning, (max(finished) - origin - start) / 1000, since(online), since(found), since(indexed)
+    )
+
+
+def print_whole_state(f: WholeStateFigures) -> None:
+    how = "signed in at once (precache and warm-up beside)" if f.at_once else "signed in once precached and warmed"
+    load = "one core spinning" if f.spinning else "idle"
+    print(
+        f"  {f.messages:>6} messages, {how}, {load}: last /sync/state response {f.last_state_response:5.2f} s"
+        f" | Online {f.online:5.2f} s ({f.rate:,.0f} rows/s) | oldest found offline {f.oldest_found:5.2f} s"
+        f" | search index complete {f.indexed:5.2f} s",
+        flush=True,
+    )
+
+
+@dataclass(frozen=True)
 class SyncFigures:
     messages: int
     rows: int
