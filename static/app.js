@@ -248,8 +248,8 @@ function sendFromComposer(form, box) {
   });
   pending.keepDraft(draftOf, ""); // the message supersedes its draft
   draftsWanted.delete(draftOf);
-  box.dataset.chat = chat;
   box.value = "";
+  if (!draftOf) view.composeIn(chat);
   view.fitComposer(box);
   view.showSending(send);
   handOver(send);

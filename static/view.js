@@ -135,7 +135,8 @@ export function setComposer(json) {
     box.value = text;
     fitComposer(box);
   }
-  composerSet = { box, chat, text: box.value, editing };
+  // (typed into: it stays so until the app sets another chat or an edit, whatever it sets here)
+  composerSet = { box, chat, text: typed ? composerSet.text : box.value, editing };
   const shown = byId("composer-note");
   shown.hidden = note === null;
   shown.innerHTML = note ?? "";
@@ -174,6 +175,15 @@ export function restoreText(selector, text) {
   if (!box || box.value) return;
   box.value = text;
   box.dispatchEvent(new Event("input", { bubbles: true }));
+}
+
+// The page sent the composer's message in no chat: the message makes chat `chat` (Python makes it
+// with that id), and what is typed from now on is that chat's, as if the app had set it there.
+export function composeIn(chat) {
+  const box = byId("composer-text");
+  if (!box) return;
+  box.dataset.chat = chat;
+  composerSet = { box, chat, text: "", editing: false };
 }
 
 // The composer grows with its text, up to a limit set in CSS (max-height), then scrolls.

@@ -126,6 +126,43 @@ async def test_the_first_message_with_no_chat_yet_makes_one(tmp_path: Path) -> N
     assert client.store.drafted() == set()
 
 
+async def test_a_message_the_page_kept_is_saved_once_with_its_id_in_its_chat(tmp_path: Path) -> None:
+    """The page draws and keeps a sent message before Python has it (static/app.js), with its own
+    id, and hands it over again after a reload when it could not tell whether Python had it."""
+    client, page, _ = make_client(tmp_path)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    made = "01a23000-0000-7000-8000-000000000001"
+    sent = {"id": "01a23000-0000-7000-8000-000000000002", "chat": made, "newChat": True, "text": "sent in no chat", "assistant": ""}
+    await client.dispatch("send", sent)
+    assert client.selected == made and client.store.message(sent["id"]) is not None  # the page's ids
+    assert (made, None, None) in page.composed  # (the box is left as the page has it, in the chat it made)
+    await client.dispatch("send", sent)  # given again (a reload between the two): saved once
+    following = {"id": "01a23000-0000-7000-8000-000000000003", "chat": made, "newChat": True, "text": "and then", "assistant": ""}
+    await client.dispatch("send", following)  # (the chat the page made exists now)
+    assert [m.content for m in client.store.messages(made)] == ["sent in no chat", "and then"]
+    assert client.store.messages(made)[1].parent_id == sent["id"]
+    assert len(client.store.chats()) == 1
+    await client.dispatch("send", {"id": "not an id", "chat": made, "text": "a bad id", "assistant": ""})
+    assert "a bad id" in [m.content for m in client.store.messages(made)]  # (given an id of Python's)
+
+
+async def test_drafts_the_page_kept_are_adopted_before_the_composer_is_drawn(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    chat = client.selected or ""
+    await client.dispatch("draft", {"text": "older, as Python had it", "chat": chat})
+    client.store.close()
+    reloaded, page, _ = make_client(tmp_path)
+    gone = await reloaded.adopt_drafts({
+        chat: {"text": "newer, as the page kept it", "at": 5},
+        "": {"text": "", "at": 6},
+        "a-chat-deleted-since": {"text": "lost chat", "at": 7},
+    })  # fmt: skip
+    assert gone == {"": 6, "a-chat-deleted-since": 7}  # the page may forget those
+    reloaded.start()
+    assert page.composer.chat == chat and page.composer.text == "newer, as the page kept it"
+    assert reloaded.store.drafted() == {chat}
+
+
 async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
