@@ -29,7 +29,7 @@ from shared.models import (
     RunRequest,
     Session,
 )
-from shared.thread import ROOT, Step, children, path_to, shown_path
+from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
@@ -453,7 +453,7 @@ class Client:
         chat_id = draft_of if self.store.chat(draft_of) else None
         if chat_id is None:
             chat_id = await self._new_chat(_uuid(data.get("chat")) if data.get("newChat") else None)
-        path = self._path(chat_id)
+        path = self.store.shown_path(chat_id)
         message = Message(
             id=message_id,
             chat_id=chat_id,
@@ -473,10 +473,6 @@ class Client:
         await self.choice.choose(assistant)
         if assistant != NO_ASSISTANT:
             await self._ask(self.choice.get(assistant), message)
-
-    def _path(self, chat_id: str) -> list[Step]:
-        """A chat's shown path (the open chat's is the pane's)."""
-        return shown_path(self.store.links(chat_id), self.store.branch_choices(chat_id))
 
     async def adopt_drafts(self, kept: dict[str, Any]) -> dict[str, int]:
         """What the page kept of the composer's text ({chat: {text, at}}; static/pending.js),

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from shared.models import Chat, ChatRef, DomainEvent, EventType
-from shared.thread import shown_path
 from shared.transfer import Export, export_of, import_events
 from webapp import ui
 from webapp.store import LocalStore
@@ -201,7 +200,7 @@ class Chats:
 
     def markdown(self, chat: Chat) -> str:
         """The chat as it is shown (the branch chosen at each fork), as Markdown."""
-        path = shown_path(self.store.links(chat.id), self.store.branch_choices(chat.id))
+        path = self.store.shown_path(chat.id)
         rows = self.store.messages_by_id([step.id for step in path])
         parts = [f"# {chat.title}\n"]
         for step in path:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from shared.models import ENDED, Message, RunRequest, RunSummary
-from shared.thread import Step, shown_path
+from shared.thread import Step
 from webapp import message_html
 from webapp.markdown import StreamRenderer
 from webapp.outbox import Delivery, Rejection
@@ -67,7 +67,7 @@ class MessagePane:
         """The open chat's shown path, as the database says now."""
         if self.chat_id is None:
             return []
-        return shown_path(self.store.links(self.chat_id), self.store.branch_choices(self.chat_id))
+        return self.store.shown_path(self.chat_id)
 
     def open(self, chat_id: str | None) -> None:
         self.chat_id = chat_id

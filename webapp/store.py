@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared.models import UNFINISHED, Chat, LoggedEvent, Message, RunSummary, Snapshot
-from shared.thread import ROOT, Link, children
+from shared.thread import ROOT, Link, Step, children, shown_path
 from webapp import overlay
 from webapp import search as fulltext
 from webapp.database import Persistence, utc_now
@@ -134,6 +134,10 @@ class LocalStore(Outbox, Snapshots):
         return applied
 
     # --- branches: which child this device shows at each fork -------------------------------------
+
+    def shown_path(self, chat_id: str) -> list[Step]:
+        """The chat's path as it is shown: at each fork the branch chosen, else the newest."""
+        return shown_path(self.links(chat_id), self.branch_choices(chat_id))
 
     def branch_choices(self, chat_id: str) -> dict[str, str]:
         rows = self.conn.execute("SELECT fork, child_id FROM branch_choices WHERE chat_id = ?", (chat_id,))
