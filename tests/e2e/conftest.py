@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, BrowserContext, expect
 
 from server.config import ROOT
+from tests.e2e.contexts import Contexts
 from tests.processes import Server
 
 _spec = importlib.util.spec_from_file_location("playwright_config", ROOT / "playwright.config.py")
@@ -41,6 +42,23 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args: dict[str, Any], server: Server) -> dict[str, Any]:
     return {**browser_context_args, "base_url": server.url}
+
+
+@pytest.fixture(scope="session")
+def contexts(browser: Browser, server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contexts]:
+    """New browser contexts that start Python as a returning visitor's does (tests/e2e/contexts.py)."""
+    made = Contexts(browser, tmp_path_factory.mktemp("python-start"))
+    made.keep_from(server.url)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def context(contexts: Contexts, browser_context_args: dict[str, Any]) -> Iterator[BrowserContext]:
+    """pytest-playwright's ``context`` (and so its ``page``), seeded as ``contexts`` makes them."""
+    made = contexts.new(**browser_context_args)
+    yield made
+    made.close()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -7,11 +7,14 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from tests.processes import Server
+
+if TYPE_CHECKING:
+    from tests.e2e.contexts import Contexts
 
 BOOT_TIMEOUT = 60_000
 # page.wait_for_function is given a function ("() => ..."), never a bare expression: Playwright
@@ -50,13 +53,18 @@ def new_chat(page: Page) -> None:
     )
 
 
-def signed_up(browser: Browser, server: Server, page: Page | None = None, **context: object) -> Page:
-    """A page (of a new context, unless given) signed up as a new user, in a new chat."""
-    page = page or browser.new_context(base_url=server.url, **context).new_page()  # type: ignore[arg-type]
+def signed_up(contexts: Contexts, server: Server, **options: Any) -> Page:
+    """A page of a new seeded context, signed up as a new user, in a new chat."""
+    page = contexts.page(server.url, **options)
+    sign_up(page)
+    return page
+
+
+def sign_up(page: Page) -> None:
+    """The app opened in ``page``, signed up as a new user, in a new chat."""
     open_app(page)
     sign(page, f"u{uuid.uuid4().hex[:10]}", "a long password", signup=True)
     new_chat(page)
-    return page
 
 
 def wait_for_next_start(page: Page) -> None:

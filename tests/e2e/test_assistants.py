@@ -9,9 +9,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, WebSocketRoute, expect
+from playwright.sync_api import Page, WebSocketRoute, expect
 
 from shared.assistants import demo_answer
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import (
     BOOT_TIMEOUT,
     api,
@@ -43,10 +44,10 @@ def expect_replies(page: Page, texts: list[str]) -> None:
     expect(page.locator(".message.assistant.completed")).to_have_count(len(texts))
 
 
-def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser, slow_demo: Server, load: str) -> None:
+def test_an_answer_cut_off_by_the_network_arrives_in_full_once(contexts: Contexts, slow_demo: Server, load: str) -> None:
     username = f"ask{uuid.uuid4().hex[:8]}"
-    contexts = [browser.new_context(base_url=slow_demo.url) for _ in range(2)]
-    a, b = (c.new_page() for c in contexts)
+    devices = [contexts.new(slow_demo.url) for _ in range(2)]
+    a, b = (c.new_page() for c in devices)
     sockets: list[WebSocketRoute] = []
     cut = {"on": False, "refused": 0}
 
@@ -83,27 +84,27 @@ def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser,
     # 2. The page is reloaded offline mid-answer; back online, the answer is there in full.
     send(a, "And now?", assistant="demo")
     expect(a.locator(".message.assistant.streaming .content")).not_to_have_text("", timeout=20_000)
-    contexts[0].set_offline(True)
+    devices[0].set_offline(True)
     cut["on"] = True
     for ws in sockets:
         ws.close(code=4000, reason="network gone")
     a.reload()
     a.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     expect(a.locator(".message.assistant")).to_have_count(2)  # the second still as far as it got
-    contexts[0].set_offline(False)
+    devices[0].set_offline(False)
     cut["on"] = False
     second = demo_answer("And now?", 2)
     expect_replies(a, [expected, second])
     expect_replies(b, [expected, second])
 
     # 3. Asked offline: the question and its request wait in the outbox, and run once back.
-    contexts[0].set_offline(True)
+    devices[0].set_offline(True)
     cut["on"] = True
     for ws in sockets:
         ws.close(code=4000, reason="network gone")
     send(a, "Asked offline", assistant="demo")
     expect(a.locator(".message.assistant.queued.pending")).to_have_count(1)
-    contexts[0].set_offline(False)
+    devices[0].set_offline(False)
     cut["on"] = False
     third = demo_answer("Asked offline", 3)
     expect_replies(a, [expected, second, third])
@@ -111,12 +112,12 @@ def test_an_answer_cut_off_by_the_network_arrives_in_full_once(browser: Browser,
     messages = api(slow_demo.url, "GET", "/sync/state", token=token)["snapshot"]["messages"]
     answers = [m["content"] for m in messages if m["role"] == "assistant"]
     assert sorted(answers) == sorted([expected, second, third])  # each asked once, answered once
-    for context in contexts:
+    for context in devices:
         context.close()
 
 
-def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
+def test_the_local_assistant_answers_with_a_tool_while_offline(contexts: Contexts, server: Server) -> None:
+    context = contexts.new(server.url)
     page = context.new_page()
     page.route_web_socket("**/sync/live*", lambda ws: ws.close(code=4000, reason="no socket in this test"))
     open_app(page)
@@ -148,10 +149,10 @@ def test_the_local_assistant_answers_with_a_tool_while_offline(browser: Browser,
     context.close()
 
 
-def test_a_model_on_this_device_streams_into_the_chat(browser: Browser, server: Server) -> None:
+def test_a_model_on_this_device_streams_into_the_chat(contexts: Contexts, server: Server) -> None:
     upstream = FakeUpstream(delay=0.05, words=40)
     upstream.start_in_thread()
-    context = browser.new_context(base_url=server.url)
+    context = contexts.new(server.url)
     page = context.new_page()
     open_app(page)
     sign(page, f"device{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
@@ -170,8 +171,8 @@ def test_a_model_on_this_device_streams_into_the_chat(browser: Browser, server: 
     context.close()
 
 
-def test_the_assistant_chosen_stays_chosen_after_sending(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
+def test_the_assistant_chosen_stays_chosen_after_sending(contexts: Contexts, server: Server) -> None:
+    context = contexts.new(server.url)
     page = context.new_page()
     open_app(page)
     sign(page, f"choice{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)

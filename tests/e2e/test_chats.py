@@ -7,8 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import new_chat, open_app, send, sign, signed_up
 from tests.processes import Server
 
@@ -27,8 +28,8 @@ def messages(page: Page):  # type: ignore[no-untyped-def]
     return page.get_by_role("list", name="Messages").get_by_role("listitem")
 
 
-def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
+def test_titles_rename_order_and_delete_on_every_device(contexts: Contexts, server: Server) -> None:
+    page = signed_up(contexts, server)
     username = page.locator(".who").inner_text().split(" · ")[0]
     send(page, "What is the tallest mountain on Earth, and how tall is it exactly?\nSecond line")
     expect(page.get_by_role("heading", level=2)).to_have_text("What is the tallest mountain on Earth, and how…")
@@ -54,7 +55,7 @@ def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server
     expect(page.get_by_role("heading", level=2)).to_have_text("Mountains")
     assert chat_titles(page) == ["Mountains", "Second topic"]
 
-    other = browser.new_context(base_url=server.url).new_page()
+    other = contexts.new(server.url).new_page()
     open_app(other)
     sign(other, username, PASSWORD, signup=False)
     expect(chat_list(other).locator("button .title")).to_have_text(["Mountains", "Second topic"])
@@ -75,8 +76,8 @@ def test_titles_rename_order_and_delete_on_every_device(browser: Browser, server
     page.context.close()
 
 
-def test_search_works_offline_highlights_and_jumps_to_the_message(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
+def test_search_works_offline_highlights_and_jumps_to_the_message(contexts: Contexts, server: Server) -> None:
+    page = signed_up(contexts, server)
     send(page, "Where does the zebra crossing get its name?")
     for i in range(45):
         send(page, f"filler message number {i}")
@@ -109,8 +110,8 @@ def test_search_works_offline_highlights_and_jumps_to_the_message(browser: Brows
     page.context.close()
 
 
-def test_export_as_markdown_and_json_and_an_import_twice_is_once(browser: Browser, server: Server, tmp_path: Path) -> None:
-    page = signed_up(browser, server)
+def test_export_as_markdown_and_json_and_an_import_twice_is_once(contexts: Contexts, server: Server, tmp_path: Path) -> None:
+    page = signed_up(contexts, server)
     send(page, "# Plan\nBuy **milk**")
     send(page, "and bread")
     expect(messages(page)).to_have_count(2)
@@ -129,7 +130,7 @@ def test_export_as_markdown_and_json_and_an_import_twice_is_once(browser: Browse
     file = tmp_path / "export.json"
     file.write_text(json.dumps(exported))
 
-    other = signed_up(browser, server)  # another account
+    other = signed_up(contexts, server)  # another account
     other.get_by_text("Your data").click()
     other.get_by_label("Import (JSON)").set_input_files(file)
     expect(other.get_by_role("status").filter(has_text="Imported")).to_have_text(
@@ -167,9 +168,9 @@ def _inside_viewport(page: Page, name: str) -> None:
     assert box["height"] >= 44 and box["width"] >= 44, f"{name}: {box}"
 
 
-def test_on_a_phone_the_chats_are_a_drawer_and_nothing_is_cut_off(browser: Browser, server: Server) -> None:
+def test_on_a_phone_the_chats_are_a_drawer_and_nothing_is_cut_off(contexts: Contexts, server: Server) -> None:
     for width, height in ((390, 844), (360, 740)):
-        page = signed_up(browser, server, viewport={"width": width, "height": height}, has_touch=True, is_mobile=True)
+        page = signed_up(contexts, server, viewport={"width": width, "height": height}, has_touch=True, is_mobile=True)
         page.get_by_role("textbox", name="Message").fill(
             "A long message with a long word " + "x" * 200 + "\n\n| a | b | c |\n|---|---|---|\n| " + "wide " * 40
             + "| 2 | 3 |\n\n```\n" + "code " * 60 + "\n```"
@@ -209,8 +210,8 @@ def test_on_a_phone_the_chats_are_a_drawer_and_nothing_is_cut_off(browser: Brows
         page.context.close()
 
 
-def test_an_enter_that_ends_a_composition_does_not_send(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
+def test_an_enter_that_ends_a_composition_does_not_send(contexts: Contexts, server: Server) -> None:
+    page = signed_up(contexts, server)
     box = page.get_by_role("textbox", name="Message")
     box.fill("にほんご")
     box.evaluate("b => b.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', isComposing: true, bubbles: true, cancelable: true}))")

@@ -8,9 +8,10 @@ import signal
 import uuid
 from pathlib import Path
 
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect
+from playwright.sync_api import BrowserContext, Page, Playwright, expect
 
 from tests.e2e.conftest import playwright_config
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, signed_up
 from tests.processes import Server
 
@@ -26,8 +27,8 @@ KEPT_DRAFT = """(chat) => new Promise((resolve, reject) => {
 })"""
 
 
-def test_a_draft_is_back_after_a_reload(browser: Browser, server: Server, load: str) -> None:
-    page = signed_up(browser, server)
+def test_a_draft_is_back_after_a_reload(contexts: Contexts, server: Server, load: str) -> None:
+    page = signed_up(contexts, server)
     box = page.get_by_role("textbox", name="Message")
     box.press_sequentially("something I have not sent yet")
     page.reload()  # 0 ms after the last key
@@ -70,8 +71,8 @@ chat_client.store.save_draft = counted
 """
 
 
-def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
+def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(contexts: Contexts, server: Server) -> None:
+    page = signed_up(contexts, server)
     page.evaluate("code => pyodide.runPython(code)", COUNT_SAVES)
     text = "typed fast, every key an input event of its own"
     page.get_by_role("textbox", name="Message").press_sequentially(text)
@@ -111,8 +112,9 @@ def _kill(profile: Path, context: BrowserContext) -> None:
         pass
 
 
-def _signed_up_in_a_profile(playwright: Playwright, profile: Path, server: Server) -> None:
+def _signed_up_in_a_profile(playwright: Playwright, contexts: Contexts, profile: Path, server: Server) -> None:
     context = _launch(playwright, profile, server)
+    contexts.seed(context, server.url)  # (kept on disk in the profile, as in a returning visitor's)
     page = context.pages[0] if context.pages else context.new_page()
     open_app(page)
     sign(page, f"kill{uuid.uuid4().hex[:8]}", "a long password", signup=True)
@@ -127,12 +129,12 @@ def _reopened(playwright: Playwright, profile: Path, server: Server) -> tuple[Br
     return context, page
 
 
-def test_what_was_typed_survives_the_browser_killed(playwright: Playwright, server: Server, tmp_path: Path, load: str) -> None:
+def test_what_was_typed_survives_the_browser_killed(playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str) -> None:
     """Killed as soon as the page says everything typed is saved, then killed 150 ms after the
     last key whatever the page says: whatever Python is doing (starting, saving the draft before),
     the page's own strict IndexedDB write has every character by then."""
     profile = tmp_path / "profile"
-    _signed_up_in_a_profile(playwright, profile, server)
+    _signed_up_in_a_profile(playwright, contexts, profile, server)
     context, page = _reopened(playwright, profile, server)
     text = "Every key counts, up to the last one typed!"
     page.get_by_role("textbox", name="Message").click()

@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, BrowserType, expect
 
 from server.routes import SESSION_COOKIE
 from shared.assistants import demo_answer
-from tests.e2e.pages import send, signed_up, wait_for_service_worker
+from tests.e2e.pages import send, sign_up, wait_for_service_worker
 from tests.processes import Server
 
 # A home-network name (RFC 8375) that this test's browser resolves to 127.0.0.1: a browser counts
@@ -88,7 +88,7 @@ def test_over_https_the_app_is_a_secure_context_with_a_secure_cookie(
     page = context.new_page()
     sockets: list[str] = []
     page.on("websocket", lambda socket: sockets.append(socket.url))
-    signed_up(named_browser, https_server, page)
+    sign_up(page)
     assert page.evaluate("window.isSecureContext") is True
     wait_for_service_worker(page)
     worker = page.evaluate("navigator.serviceWorker.ready.then((r) => r.active.scriptURL)")

@@ -7,14 +7,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Route, expect
+from playwright.sync_api import Route, expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import (
     BOOT_TIMEOUT,
     at_bottom,
     open_app,
     send,
     sign,
+    sign_up,
     signed_up,
     wait_for_service_worker,
     wait_until,
@@ -60,8 +62,8 @@ def markdown_server(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpst
     server.stop()
 
 
-def test_markdown_and_code_render_and_nothing_hostile_runs(browser: Browser, markdown_server: Server) -> None:
-    page = signed_up(browser, markdown_server, permissions=["clipboard-read", "clipboard-write"])
+def test_markdown_and_code_render_and_nothing_hostile_runs(contexts: Contexts, markdown_server: Server) -> None:
+    page = signed_up(contexts, markdown_server, permissions=["clipboard-read", "clipboard-write"])
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     send(page, "Show me *everything*", assistant="fake")
@@ -103,18 +105,18 @@ def test_markdown_and_code_render_and_nothing_hostile_runs(browser: Browser, mar
     page.context.close()
 
 
-def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(browser: Browser, server: Server) -> None:
+def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(contexts: Contexts, server: Server) -> None:
     slow = FakeUpstream(delay=0.03, words=400)
     slow.start_in_thread()
     data_server = Server(server.database_url.replace("chat.db", f"follow-{uuid.uuid4().hex[:6]}.db"),
                          server.log, assistants=slow.config())  # fmt: skip
     data_server.start()
     try:
-        page = browser.new_context(base_url=data_server.url, viewport={"width": 1000, "height": 700}).new_page()
+        page = contexts.new(data_server.url, viewport={"width": 1000, "height": 700}).new_page()
         deltas = {"count": 0}
         page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: deltas.update(
             count=deltas["count"] + ('"type":"delta"' in str(frame).replace(" ", "")))))
-        signed_up(browser, data_server, page)
+        sign_up(page)
 
         def wait_for_deltas(count: int, at_the_bottom: bool = False) -> None:
             def arrived() -> bool:
@@ -160,9 +162,9 @@ def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(brow
 
 
 def test_branches_regenerate_switch_survive_a_reload_offline_and_edits_branch(
-    browser: Browser, markdown_server: Server, upstream: FakeUpstream
+    contexts: Contexts, markdown_server: Server, upstream: FakeUpstream
 ) -> None:
-    page = signed_up(browser, markdown_server)
+    page = signed_up(contexts, markdown_server)
     wait_for_service_worker(page)
     reply = page.locator(".message.assistant")
 
@@ -227,8 +229,8 @@ def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-def test_a_refused_message_stays_with_its_reason_until_resent_or_discarded(browser: Browser, strict_server: Server) -> None:
-    page = signed_up(browser, strict_server)
+def test_a_refused_message_stays_with_its_reason_until_resent_or_discarded(contexts: Contexts, strict_server: Server) -> None:
+    page = signed_up(contexts, strict_server)
     too_long = "This question is much longer than the sixty characters this server takes."
     send(page, too_long, assistant="demo")
     refused = page.locator(".message[data-state=rejected]")
@@ -253,8 +255,8 @@ def test_a_refused_message_stays_with_its_reason_until_resent_or_discarded(brows
     page.context.close()
 
 
-def test_stop_retry_edit_delete_and_copy_in_the_browser(browser: Browser, strict_server: Server) -> None:
-    page = signed_up(browser, strict_server, permissions=["clipboard-read", "clipboard-write"])
+def test_stop_retry_edit_delete_and_copy_in_the_browser(contexts: Contexts, strict_server: Server) -> None:
+    page = signed_up(contexts, strict_server, permissions=["clipboard-read", "clipboard-write"])
     send(page, "Tell me a story", assistant="demo")
     reply = page.locator(".message.assistant")
     expect(reply.locator(".content")).not_to_have_text("", timeout=20_000)
@@ -282,8 +284,8 @@ def test_stop_retry_edit_delete_and_copy_in_the_browser(browser: Browser, strict
     page.context.close()
 
 
-def test_text_typed_while_the_assistants_arrive_stays_in_the_composer(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
+def test_text_typed_while_the_assistants_arrive_stays_in_the_composer(contexts: Contexts, server: Server) -> None:
+    context = contexts.new(server.url)
     page = context.new_page()
     held: list[Route] = []
     page.route("**/assistants", lambda route: held.append(route))

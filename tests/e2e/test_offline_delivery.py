@@ -10,22 +10,23 @@ import uuid
 from collections import Counter
 from urllib.parse import urlsplit
 
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import api, open_app, send, sign, wait_for_service_worker
 from tests.processes import Server
 
 PASSWORD = "a long password"
 
 
-def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, server: Server, load: str) -> None:
+def test_a_message_typed_offline_reaches_the_other_browser(contexts: Contexts, server: Server, load: str) -> None:
     username = f"user{uuid.uuid4().hex[:8]}"
-    contexts = [browser.new_context(base_url=server.url) for _ in range(2)]
+    devices = [contexts.new(server.url) for _ in range(2)]
     origins: set[str] = set()
-    for context in contexts:
+    for context in devices:
         context.on("request", lambda r: origins.add(urlsplit(r.url).netloc))
         context.on("websocket", lambda ws: origins.add(urlsplit(ws.url).netloc))
-    a, b = (c.new_page() for c in contexts)
+    a, b = (c.new_page() for c in devices)
     for page in (a, b):
         page.on("websocket", lambda ws: origins.add(urlsplit(ws.url).netloc))
 
@@ -46,7 +47,7 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
     # A goes offline, starts a new chat and writes two messages: saved and shown at once,
     # marked pending (each says it is saved once it is durable: a reload before that could find
     # it missing, its text back in the box as the draft if that was saved).
-    contexts[0].set_offline(True)
+    devices[0].set_offline(True)
     a.click("[data-action=new-chat]")
     expect(a.locator(".chat-item.pending")).to_have_count(1)
     send(a, "offline one")
@@ -64,7 +65,7 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
     expect(b.locator(".message", has_text="offline one")).to_have_count(0)
 
     # Back online: both reach the server once, and B shows them, live, in the new chat.
-    contexts[0].set_offline(False)
+    devices[0].set_offline(False)
     expect(b.locator(".chat-item")).to_have_count(2, timeout=20_000)
     b.click(".chat-item >> nth=0")  # the newest chat comes first
     for text in ("offline one", "offline two"):
@@ -75,7 +76,7 @@ def test_a_message_typed_offline_reaches_the_other_browser(browser: Browser, ser
 
     # Nothing went anywhere but our own origin.
     assert origins == {urlsplit(server.url).netloc}, origins
-    for context in contexts:
+    for context in devices:
         context.close()
 
 

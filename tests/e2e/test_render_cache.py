@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Browser, Page, Route, expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, wait_for_next_start
 from tests.processes import Server
 
@@ -28,8 +29,8 @@ new MutationObserver(() => {
 """
 
 
-def _page(browser: Browser, server: Server) -> Page:
-    return browser.new_context(base_url=server.url, service_workers="block").new_page()
+def _page(contexts: Contexts, server: Server) -> Page:
+    return contexts.new(server.url, service_workers="block").new_page()
 
 
 def _send(page: Page, text: str) -> None:
@@ -67,8 +68,8 @@ def _reload_holding_python(page: Page) -> Callable[[], None]:
     return release
 
 
-def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_kept(browser: Browser, server: Server) -> None:
-    page = _page(browser, server)
+def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_kept(contexts: Contexts, server: Server) -> None:
+    page = _page(contexts, server)
     open_app(page)
     sign(page, f"u{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)
     new_chat(page)
@@ -124,10 +125,10 @@ def test_the_last_chat_is_painted_before_python_and_what_is_typed_meanwhile_is_k
     page.context.close()
 
 
-def test_a_message_sent_before_python_survives_a_reload_before_python(browser: Browser, server: Server, load: str) -> None:
+def test_a_message_sent_before_python_survives_a_reload_before_python(contexts: Contexts, server: Server, load: str) -> None:
     """Sent on the painted screen, then the page reloaded before Python had it: the message is
     shown again at once after the reload, and saved (once) when Python is up."""
-    page = _page(browser, server)
+    page = _page(contexts, server)
     open_app(page)
     sign(page, f"u{uuid.uuid4().hex[:10]}", PASSWORD, signup=True)
     new_chat(page)
@@ -153,8 +154,8 @@ def test_a_message_sent_before_python_survives_a_reload_before_python(browser: B
     page.context.close()
 
 
-def test_the_render_cache_of_one_account_is_never_painted_for_another(browser: Browser, server: Server) -> None:
-    page = _page(browser, server)
+def test_the_render_cache_of_one_account_is_never_painted_for_another(contexts: Contexts, server: Server) -> None:
+    page = _page(contexts, server)
     page.add_init_script(WATCH % '["Alpha secret", "Bravo words"]')
     open_app(page)
     alpha = f"a{uuid.uuid4().hex[:10]}"
@@ -188,7 +189,7 @@ def test_the_render_cache_of_one_account_is_never_painted_for_another(browser: B
 
 
 def test_the_next_start_begins_from_a_python_snapshot_and_compiled_modules(browser: Browser, server: Server) -> None:
-    page = _page(browser, server)
+    page = browser.new_context(base_url=server.url, service_workers="block").new_page()  # (a first visit)
     open_app(page)
     assert page.evaluate("() => document.body.dataset.python") == "fresh"
     wait_for_next_start(page)

@@ -11,18 +11,19 @@ import uuid
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, WebSocketRoute, expect
+from playwright.sync_api import WebSocketRoute, expect
 
 from server.config import ROOT
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import api, open_app, send, sign
 from tests.processes import Server
 
 PASSWORD = "a long password"
 
 
-def test_a_device_behind_a_compacted_log_resyncs_by_replacing(browser: Browser, server: Server) -> None:
+def test_a_device_behind_a_compacted_log_resyncs_by_replacing(contexts: Contexts, server: Server) -> None:
     username = f"resync{uuid.uuid4().hex[:8]}"
-    context = browser.new_context(base_url=server.url)
+    context = contexts.new(server.url)
     page = context.new_page()
     sockets: list[WebSocketRoute] = []
 

@@ -4,10 +4,11 @@ socket, Python in the worker, and the pages beside the app, with no violation re
 
 from __future__ import annotations
 
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+from playwright.sync_api import ConsoleMessage, Page, expect
 
 from shared.assistants import demo_answer
-from tests.e2e.pages import send, signed_up, wait_for_service_worker
+from tests.e2e.contexts import Contexts
+from tests.e2e.pages import send, sign_up, wait_for_service_worker
 from tests.processes import Server
 
 # Each page records the violations it sees (the init script runs before any of the page's own).
@@ -24,8 +25,8 @@ def violations(page: Page) -> list[str]:
     return found
 
 
-def test_the_app_works_under_its_content_security_policy(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
+def test_the_app_works_under_its_content_security_policy(contexts: Contexts, server: Server) -> None:
+    context = contexts.new(server.url)
     context.add_init_script(RECORD_VIOLATIONS)
     console: list[str] = []
 
@@ -38,7 +39,7 @@ def test_the_app_works_under_its_content_security_policy(browser: Browser, serve
     page.on("console", on_console)
     response = page.goto("/")
     assert response is not None and "wasm-unsafe-eval" in response.headers["content-security-policy"]
-    signed_up(browser, server, page)
+    sign_up(page)
     wait_for_service_worker(page)
 
     send(page, "| left | middle | right |\n|:--|:-:|--:|\n| 1 | 2 | 3 |")  # alignment: classes, not styles

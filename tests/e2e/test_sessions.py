@@ -9,8 +9,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, expect
+from playwright.sync_api import Page, Request, expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import open_app, send, signed_up
 from tests.processes import Server
 
@@ -27,9 +28,9 @@ def server_contents(page: Page) -> str:
 
 
 def test_an_ended_session_keeps_the_chats_and_signing_in_again_sends_what_was_written(
-    browser: Browser, server: Server, load: str
+    contexts: Contexts, server: Server, load: str
 ) -> None:
-    page = signed_up(browser, server)
+    page = signed_up(contexts, server)
     send(page, "before the session ended")
     expect(page.get_by_text("Sent.", exact=True)).to_have_count(1)
     username = username_of(page)
@@ -53,8 +54,8 @@ def test_an_ended_session_keeps_the_chats_and_signing_in_again_sends_what_was_wr
     page.context.close()
 
 
-def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browser: Browser, server: Server) -> None:
-    first = signed_up(browser, server)
+def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(contexts: Contexts, server: Server) -> None:
+    first = signed_up(contexts, server)
     send(first, "a chat of the first user")
     expect(first.get_by_text("Sent.", exact=True)).to_have_count(1)
     context = first.context
@@ -67,7 +68,7 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browse
     banner = first.get_by_role("form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again.")
     expect(banner).to_be_visible()
 
-    second = signed_up(browser, server)  # (in a context of its own: the second account exists)
+    second = signed_up(contexts, server)  # (in a context of its own: the second account exists)
     second_name = username_of(second)
     # ...with its chat on the server before that browser closes (its outbox empty).
     second.wait_for_function("() => pyodide.runPython('chat_client.store.pending_count()') === 0")
@@ -98,8 +99,8 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(browse
     context.close()
 
 
-def test_sign_out_ends_the_session_on_the_server_and_can_remove_this_devices_copy(browser: Browser, server: Server) -> None:
-    page = signed_up(browser, server)
+def test_sign_out_ends_the_session_on_the_server_and_can_remove_this_devices_copy(contexts: Contexts, server: Server) -> None:
+    page = signed_up(contexts, server)
     send(page, "kept or removed")
     expect(page.get_by_text("Sent.", exact=True)).to_have_count(1)
     cookie = next(c for c in page.context.cookies() if c["name"] == "chat_session")

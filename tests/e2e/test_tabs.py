@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import uuid
 
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import expect
 
+from tests.e2e.contexts import Contexts
 from tests.e2e.pages import open_app, send, sign
 from tests.processes import Server
 
 
-def test_the_second_tab_offers_to_take_over_and_nothing_is_lost(browser: Browser, server: Server) -> None:
-    context = browser.new_context(base_url=server.url)
+def test_the_second_tab_offers_to_take_over_and_nothing_is_lost(contexts: Contexts, server: Server) -> None:
+    context = contexts.new(server.url)
     first = context.new_page()
     open_app(first)
     sign(first, f"tabs{uuid.uuid4().hex[:8]}", "a long password", signup=True)
