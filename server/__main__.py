@@ -15,7 +15,7 @@ from hypercorn.config import Config
 from pydantic import ValidationError
 
 from server import auth
-from server.app import create_app, open_store, utc_now
+from server.app import create_app, open_attachments, open_store, utc_now
 from server.config import Settings, add_arguments
 from server.errors import describe
 from server.store import UsernameTaken
@@ -82,9 +82,13 @@ async def _add_user(settings: Settings, username: str) -> int:
 async def _compact(settings: Settings) -> None:
     store = open_store(settings.database_url, utc_now)
     await store.open()
+    attachments = open_attachments(store, settings, utc_now)
+    await attachments.open()
     try:
         results = await store.compact_all(settings.retention_seconds, settings.compaction_grace_seconds)
+        collected = await attachments.collect_garbage(settings.retention_seconds, settings.compaction_grace_seconds)
     finally:
+        await attachments.close()
         await store.close()
     for r in results:
         print(
@@ -92,6 +96,10 @@ async def _compact(settings: Settings) -> None:
             f" min available seq {r.min_available_seq}"
         )
     print(f"compacted {len(results)} accounts")
+    print(
+        f"attachments: {collected.blobs_deleted} files deleted, {collected.holdings_dropped} references dropped,"
+        f" {collected.uploads_dropped} abandoned uploads dropped"
+    )
 
 
 async def _serve(settings: Settings) -> None:
