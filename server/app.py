@@ -93,6 +93,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         checkpoint_seconds=settings.run_checkpoint_seconds,
         end_stream=functools.partial(publish_end, store.db, hub),
         streamed=hub.text_so_far,
+        attachments=attachments,
     )
 
     def committed(commit: Commit) -> None:

@@ -162,6 +162,15 @@ class Attachments:
     def read(self, sha256: str) -> AsyncGenerator[bytes, None]:
         return self.blobs.read(sha256)
 
+    async def bytes_of(self, account_id: str, sha256: str) -> bytes | None:
+        """The whole blob, if the account holds it (for a model's request: server/prompt.py)."""
+        if await self.held_size(account_id, sha256) is None:
+            return None
+        try:
+            return b"".join([piece async for piece in self.blobs.read(sha256)])
+        except BlobMissing:
+            return None
+
     # --- uploading ---------------------------------------------------------------------------
 
     async def progress(self, account_id: str, sha256: str) -> Progress | None:

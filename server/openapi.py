@@ -79,12 +79,13 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 ASSISTANT = {
     "type": "object",
-    "required": ["id", "name", "kind", "model"],
+    "required": ["id", "name", "kind", "model", "vision"],
     "properties": {
         "id": {"type": "string"},
         "name": {"type": "string"},
         "kind": {"type": "string", "enum": ["remote"]},
         "model": {"type": "string"},
+        "vision": {"type": "boolean"},
     },
 }
 
