@@ -42,9 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     ):
         transfer = commands.add_parser(name, help=summary)
         transfer.add_argument("--user", required=True, help="the account's username")
+        if name == "export":
+            transfer.add_argument(
+                "--with-files", action="store_true", help="a tar of the export and its attachments' files (import reads it)"
+            )
         add_arguments(transfer)
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user")}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user", "with_files")}
     settings = Settings.from_env(**overrides)
     if args.command == "serve":
         asyncio.run(_serve(settings))
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "add-user":
         sys.exit(asyncio.run(_add_user(settings, args.username)))
     elif args.command == "export":
-        sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout)))
+        sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout.buffer, args.with_files)))
     elif args.command == "import":
         sys.exit(asyncio.run(import_account(settings, args.user, sys.stdin.buffer)))
 
