@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from server.blobs import BlobMissing, BlobStore
+from server.blobs import BlobMissing, BlobStore, HashMismatch
 from server.db import Database, integer, optional_text, text
 from shared.models import format_time
 
@@ -183,7 +183,10 @@ class Attachments:
             return None
         offset = await self.blobs.received(account_id, sha256) or 0
         if offset == length:  # every byte came, and the process stopped before checking them
-            return await self._complete(account_id, sha256, length)
+            try:
+                return await self._complete(account_id, sha256, length)
+            except HashMismatch:
+                return None  # (discarded: the upload starts again from nothing)
         return Progress(offset, length)
 
     async def _upload_length(self, account_id: str, sha256: str) -> int | None:

@@ -327,3 +327,21 @@ async def test_garbage_collection_keeps_referenced_blobs_and_removes_the_others_
     clock.now += timedelta(days=31)
     await attachments.collect_garbage(retention_seconds=30 * 86400, grace_seconds=60)
     assert (await client.get(f"/blobs/{sha(kept)}", headers=alice)).status_code == 200
+
+
+async def test_an_upload_whose_bytes_all_came_before_a_crash_is_checked_at_the_next_head(client: Client, app: Quart) -> None:
+    """The process stopped between the last append and its check: HEAD checks it then (the
+    right bytes: held; wrong ones: discarded, 404, never a 500)."""
+    attachments = app.extensions["attachments"]
+    session = await signup(client)
+    auth, account = bearer(session), session["userId"]
+    for data, stored, expected in ((PNG, PNG, 200), (HTML, HTML[::-1], 404)):
+        await attachments.start(account, sha(data), len(data))
+        await attachments.blobs.append(account, sha(data), 0, stored)  # (the bytes, unchecked)
+        response = await head(client, auth, sha(data))
+        assert response.status_code == expected
+        if expected == 200:
+            assert response.headers["Upload-Offset"] == str(len(data))
+            assert await (await client.get(f"/blobs/{sha(data)}", headers=auth)).get_data() == data
+        else:
+            assert await attachments.blobs.received(account, sha(data)) is None
