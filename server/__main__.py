@@ -15,7 +15,7 @@ from hypercorn.config import Config
 from pydantic import ValidationError
 
 from server import auth
-from server.app import create_app, open_store, utc_now
+from server.app import create_app, open_attachments, open_store, utc_now
 from server.config import Settings, add_arguments
 from server.errors import describe
 from server.store import UsernameTaken
@@ -42,9 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     ):
         transfer = commands.add_parser(name, help=summary)
         transfer.add_argument("--user", required=True, help="the account's username")
+        if name == "export":
+            transfer.add_argument(
+                "--with-files", action="store_true", help="a tar of the export and its attachments' files (import reads it)"
+            )
         add_arguments(transfer)
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user")}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user", "with_files")}
     settings = Settings.from_env(**overrides)
     if args.command == "serve":
         asyncio.run(_serve(settings))
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "add-user":
         sys.exit(asyncio.run(_add_user(settings, args.username)))
     elif args.command == "export":
-        sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout)))
+        sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout.buffer, args.with_files)))
     elif args.command == "import":
         sys.exit(asyncio.run(import_account(settings, args.user, sys.stdin.buffer)))
 
@@ -82,9 +86,13 @@ async def _add_user(settings: Settings, username: str) -> int:
 async def _compact(settings: Settings) -> None:
     store = open_store(settings.database_url, utc_now)
     await store.open()
+    attachments = open_attachments(store, settings, utc_now)
+    await attachments.open()
     try:
         results = await store.compact_all(settings.retention_seconds, settings.compaction_grace_seconds)
+        collected = await attachments.collect_garbage(settings.retention_seconds, settings.compaction_grace_seconds)
     finally:
+        await attachments.close()
         await store.close()
     for r in results:
         print(
@@ -92,6 +100,10 @@ async def _compact(settings: Settings) -> None:
             f" min available seq {r.min_available_seq}"
         )
     print(f"compacted {len(results)} accounts")
+    print(
+        f"attachments: {collected.blobs_deleted} files deleted, {collected.holdings_dropped} references dropped,"
+        f" {collected.uploads_dropped} abandoned uploads dropped"
+    )
 
 
 async def _serve(settings: Settings) -> None:

@@ -8,14 +8,17 @@ import asyncio
 import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from hypercorn.middleware import ProxyFixMiddleware
-from quart import Quart, Response
+from quart import Quart, Request, Response
 from werkzeug.exceptions import HTTPException
 
 from server import auth
 from server.assets import Assets
 from server.assistants import load_assistants
+from server.attachments import MAX_CHUNK_BYTES, Attachments
+from server.blobs import open_blob_store
 from server.compactor import run_compactor
 from server.config import Settings
 from server.databases import open_database
@@ -26,7 +29,7 @@ from server.headers import SecurityHeaders, content_security_policy, security_he
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads
 from server.metrics import Metrics
-from server.routes import Parts, accounts, assets, operations, runs, sync
+from server.routes import Parts, accounts, assets, blobs, operations, runs, sync
 from server.run_store import SqlRunStore
 from server.runs import RunWorker
 from server.store import Commit
@@ -44,8 +47,24 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class ChatRequest(Request):
+    """A request body is at most ``--max-body-bytes`` (the app's MAX_CONTENT_LENGTH), but for
+    an upload's chunk (``PATCH /blobs/...``), which may be ``MAX_CHUNK_BYTES``."""
+
+    def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+        if method == "PATCH" and path.startswith("/blobs/"):
+            kwargs["max_content_length"] = MAX_CHUNK_BYTES
+        super().__init__(method, scheme, path, *args, **kwargs)
+
+
+def open_attachments(store: SqlEventStore, settings: Settings, clock: Callable[[], datetime]) -> Attachments:
+    blob_store = open_blob_store(store.db, settings.blob_dir, settings.database_url, clock)
+    return Attachments(store.db, blob_store, clock, settings.max_file_bytes, settings.max_account_bytes)
+
+
 def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Quart:
     app = Quart(__name__, static_folder=None)
+    app.request_class = ChatRequest
     headers = security_headers(content_security_policy(settings.device_model_origins))
     app.asgi_app = KeepAsgiSend(SecurityHeaders(app.asgi_app, headers))  # type: ignore[method-assign]
     if settings.trusted_proxies > 0:
@@ -56,6 +75,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         )
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     store = open_store(settings.database_url, clock)
+    attachments = open_attachments(store, settings, clock)
     hub = Hub(SharedReads(store))
     metrics = Metrics(hub.socket_count)
     assistants = load_assistants(
@@ -73,6 +93,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         checkpoint_seconds=settings.run_checkpoint_seconds,
         end_stream=functools.partial(publish_end, store.db, hub),
         streamed=hub.text_so_far,
+        attachments=attachments,
     )
 
     def committed(commit: Commit) -> None:
@@ -84,10 +105,12 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
             worker.wake()
 
     store.on_commit = committed
+    attachments.on_uploaded = lambda account_id: worker.wake()  # (a run may have waited for it)
     listener = PostgresListener(settings.database_url, hub) if store.db.dialect == "postgres" else None
     parts = Parts(
         settings=settings,
         store=store,
+        attachments=attachments,
         hub=hub,
         runs=worker,
         metrics=metrics,
@@ -100,16 +123,17 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         ),
         clock=clock,
     )
-    app.extensions.update(store=store, hub=hub, metrics=metrics, runs=worker, publish_delta=publish)
+    app.extensions.update(store=store, attachments=attachments, hub=hub, metrics=metrics, runs=worker, publish_delta=publish)
     background: list[asyncio.Task[None]] = []
 
     @app.before_serving
     async def _open() -> None:
         await store.open()
+        await attachments.open()
         if listener is not None:
             await listener.start()
         if settings.compact_interval_seconds > 0:
-            background.append(asyncio.ensure_future(run_compactor(store, settings, metrics)))
+            background.append(asyncio.ensure_future(run_compactor(store, attachments, settings, metrics)))
         background.append(asyncio.ensure_future(worker.run_forever()))
 
     @app.after_serving
@@ -119,6 +143,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         await asyncio.gather(*background, return_exceptions=True)
         if listener is not None:
             await listener.stop()
+        await attachments.close()
         await store.close()
 
     # Every error is JSON: what a route raises itself, what Quart raises, and what the layers
@@ -145,6 +170,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         accounts.create_blueprint(parts),
         sync.create_blueprint(parts),
         runs.create_blueprint(parts, assistants),
+        blobs.create_blueprint(parts),
         operations.create_blueprint(parts),
         assets.create_blueprint(parts),
     ):

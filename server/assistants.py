@@ -8,6 +8,8 @@ Configuration, a JSON list (``--assistants-file`` / ``CHAT_ASSISTANTS_FILE``, or
     [{"id": "llama", "name": "Llama 3 (Ollama)", "provider": "openai",
       "baseUrl": "http://127.0.0.1:11434/v1", "model": "llama3", "apiKeyEnv": "OLLAMA_KEY"}]
 
+``vision`` (default false): the model reads images, which its requests then carry.
+
 Without configuration there is one assistant, ``demo`` (provider ``demo``), so the app works with
 nothing set up and no network beyond the server.
 """
@@ -46,6 +48,7 @@ class AssistantConfig(BaseModel):
     base_url: str | None = None
     model: str = "demo"
     api_key_env: str | None = None
+    vision: bool = False  # it reads images (sent as image_url content parts: server/prompt.py)
 
 
 # The one assistant of a server with no configuration: it needs no network and no key, but it
@@ -58,9 +61,10 @@ class Assistant:
     config: AssistantConfig
     model: Model
 
-    def public(self) -> dict[str, str]:
+    def public(self) -> dict[str, str | bool]:
         """As ``GET /assistants`` lists it (docs/protocol.md, "GET /assistants")."""
-        return {"id": self.config.id, "name": self.config.name, "kind": "remote", "model": self.config.model}
+        config = self.config
+        return {"id": config.id, "name": config.name, "kind": "remote", "model": config.model, "vision": config.vision}
 
 
 def load_assistants(

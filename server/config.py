@@ -19,6 +19,9 @@ class Settings:
     max_body_bytes: int = 1_000_000
     max_batch_events: int = 500
     max_content_chars: int = 100_000
+    max_file_bytes: int = 20 * 1024 * 1024  # the largest attachment (server/attachments.py)
+    max_account_bytes: int = 1024 * 1024 * 1024  # what one account's attachments may take together
+    blob_dir: str = ""  # where attachments' files go with SQLite; none: "blobs" beside the database
     rate_limit_per_minute: float = 1200.0
     auth_rate_limit_per_minute: float = 30.0
     ping_seconds: float = 25.0
@@ -46,6 +49,8 @@ class Settings:
             raise SystemExit("certfile and keyfile go together: give both to serve HTTPS, or neither")
         if self.trusted_proxies < 0:
             raise SystemExit("trusted-proxies is a number of proxies: 0 or more")
+        if self.max_file_bytes < 0 or self.max_account_bytes < 0:
+            raise SystemExit("max-file-bytes and max-account-bytes are numbers of bytes: 0 or more")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:

@@ -33,6 +33,9 @@ class Metrics:
         self.compaction_runs = Counter(
             "chat_compaction_runs", "Compaction passes run by this process.", registry=self.registry
         )
+        self.blob_bytes_received = Counter(
+            "chat_blob_bytes_received", "Bytes of attachments' upload chunks stored.", registry=self.registry
+        )
         sockets = Gauge("chat_live_sockets", "Open live sockets in this process.", registry=self.registry)
         sockets.set_function(live_sockets)
         self._latency = Histogram(

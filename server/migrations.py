@@ -88,8 +88,43 @@ def _runs_usage_estimated(dialect: Dialect) -> list[str]:
     return ["ALTER TABLE runs ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0"]
 
 
+def _attachments(dialect: Dialect) -> list[str]:
+    big = "BIGINT" if dialect == "postgres" else "INTEGER"
+    data = "BYTEA" if dialect == "postgres" else "BLOB"
+    return [
+        # A message's attachments, as references (shared/schema.py): NULL for none.
+        "ALTER TABLE messages ADD COLUMN attachments_json TEXT",
+        # The blobs an account holds (it uploaded them, or an import restored them): only these it
+        # may download. ``referenced_at``: when a message of the account last referenced it (the
+        # garbage collection of server/attachments.py lets it go a retention window after).
+        f"""CREATE TABLE blob_holdings (
+            account_id TEXT NOT NULL, sha256 TEXT NOT NULL, size {big} NOT NULL,
+            first_at TEXT NOT NULL, referenced_at TEXT NOT NULL,
+            PRIMARY KEY (account_id, sha256))""",
+        "CREATE INDEX blob_holdings_by_sha256 ON blob_holdings (sha256)",
+        # Uploads in progress, one per account and blob: its length (the bytes received are the
+        # blob store's to say).
+        f"""CREATE TABLE blob_uploads (
+            account_id TEXT NOT NULL, sha256 TEXT NOT NULL, length {big} NOT NULL,
+            started_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+            PRIMARY KEY (account_id, sha256))""",
+        # The PostgreSQL blob store's bytes (server/blobs.py; the SQLite default keeps files and
+        # leaves these two empty). Content-addressed, shared by the accounts that hold a blob, so
+        # keyed by the digest: ``owner`` is the uploading account while an upload is partial, ''
+        # once the blob is complete; ``blobs`` lists the complete ones.
+        f"CREATE TABLE blobs (sha256 TEXT PRIMARY KEY, size {big} NOT NULL, created_at TEXT NOT NULL)",
+        f"""CREATE TABLE blob_chunks (
+            owner TEXT NOT NULL, sha256 TEXT NOT NULL, start {big} NOT NULL, size {big} NOT NULL,
+            data {data} NOT NULL, PRIMARY KEY (owner, sha256, start))""",
+        # A run whose question's attachments have not all reached the server waits (server/runs.py):
+        # not claimed until an upload of its account completes.
+        "ALTER TABLE runs ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0",
+    ]
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_initial", _initial),
     Migration("0002_runs", _runs),
     Migration("0003_runs_usage_estimated", _runs_usage_estimated),
+    Migration("0004_attachments", _attachments),
 ]

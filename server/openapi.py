@@ -48,10 +48,13 @@ ERRORS = {
     400: "Malformed JSON or a bad parameter",
     401: "No or bad credentials",
     403: "Not allowed (sign-up closed, or a cookie from another site's page)",
-    409: "The username is taken",
+    409: "The username is taken; an upload's chunk at another offset than the server's (its offset in the answer)",
     410: "The cursor is below minAvailableSeq: fetch /sync/state and start from its upToSeq",
     413: "Body or batch over the configured limit",
-    422: "A batch-level schema error (per-event problems are reported per event)",
+    404: "No such file for this account (or none at all)",
+    412: "A tus request without Tus-Resumable: 1.0.0",
+    415: "A chunk that is not application/offset+octet-stream",
+    422: "A batch-level schema error (per-event problems are reported per event); an upload whose bytes are not its SHA-256's",
     429: "Too many requests; see Retry-After",
 }
 
@@ -79,14 +82,18 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 ASSISTANT = {
     "type": "object",
-    "required": ["id", "name", "kind", "model"],
+    "required": ["id", "name", "kind", "model", "vision"],
     "properties": {
         "id": {"type": "string"},
         "name": {"type": "string"},
         "kind": {"type": "string", "enum": ["remote"]},
         "model": {"type": "string"},
+        "vision": {"type": "boolean"},
     },
 }
+
+
+BINARY = {"type": "string", "format": "binary"}
 
 
 def openapi() -> dict[str, Any]:
@@ -185,6 +192,38 @@ def openapi() -> dict[str, Any]:
                     ],
                     "responses": _responses(200, {"type": "array", "items": _ref("RunSummary")}, [400, 401, 403, 429]),
                 }
+            },
+            "/blobs/{sha256}": {
+                "parameters": [
+                    {"name": "sha256", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+                ],
+                "get": {
+                    "summary": "Download an attachment's file the account holds (served as what the server sniffs)",
+                    "security": sync_security,
+                    "parameters": [_query("name", {"type": "string"}, "the download's file name")],
+                    "responses": {
+                        **_responses(200, None, [400, 401, 403, 404, 429]),
+                        "200": {"description": "The file", "content": {"application/octet-stream": {"schema": BINARY}}},
+                        "304": {"description": "Not modified (If-None-Match)"},
+                    },
+                },
+                "patch": {
+                    "summary": "Append a chunk to the account's upload of the file (tus 1.0 core)",
+                    "security": sync_security,
+                    "parameters": [
+                        {"name": "Tus-Resumable", "in": "header", "required": True, "schema": {"type": "string", "enum": ["1.0.0"]}},
+                        {"name": "Upload-Offset", "in": "header", "required": True, "schema": {"type": "integer", "minimum": 0}},
+                        {"name": "Upload-Length", "in": "header", "required": False, "schema": {"type": "integer", "minimum": 0}},
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/offset+octet-stream": {"schema": BINARY}},
+                    },
+                    "responses": {
+                        **_responses(204, None, [400, 401, 403, 409, 412, 413, 415, 422, 429]),
+                        "204": {"description": "Stored: the new Upload-Offset"},
+                    },
+                },
             },
             "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "OK"}}}},
             "/readyz": {

@@ -9,7 +9,10 @@ ends the run with its usage or error, and reads the reply's chat; GET /runs read
 Guarantees every backend keeps (tests/server/test_run_store_contract.py runs them on both):
 
 * ``claim`` starts the oldest queued run (by the time it was requested) of a chat that has none
-  streaming and no older one queued: one answer at a time per chat, in the order asked. Two
+  streaming and no older one queued: one answer at a time per chat, in the order asked. A run
+  that ``wait``s (for its attachments) is not claimed, nor a later one of its chat, until
+  ``stop_waiting``, or until its reply is no longer queued (stopped, deleted: then it is claimed
+  to be ended). Two
   claimers never get the same run: SQLite's writes are serialized; on PostgreSQL the candidate
   row is locked ``FOR UPDATE SKIP LOCKED``, so a claimer passes over a run another is taking.
 * A lease is held by an owner (one per server process) until a time. ``renew`` and ``finish``
@@ -103,6 +106,14 @@ class RunStore(Protocol):
     async def still_running(self, account_id: str, message_id: str) -> bool:
         """Whether a reply may still be written: neither stopped, finished, nor deleted."""
 
+    async def wait(self, run: Run, owner: str) -> bool:
+        """Put a run ``owner`` claimed back in the queue, waiting (not claimed again until
+        ``stop_waiting``): its question's attachments are not all on the server. Its model was
+        not asked. False when it is not ``owner``'s."""
+
+    async def stop_waiting(self, account_id: str) -> None:
+        """The account's waiting runs may be claimed again (an upload of it completed)."""
+
 
 _RUN = "account_id, id, chat_id, message_id, assistant_id"
 
@@ -120,7 +131,9 @@ class SqlRunStore:
                 f"""UPDATE runs SET status = 'streaming', lease_owner = ?, lease_until = ?,
                     upstream_calls = upstream_calls + 1
                 WHERE (account_id, id) IN (
-                    SELECT account_id, id FROM runs AS r WHERE r.status = 'queued' AND NOT EXISTS (
+                    SELECT account_id, id FROM runs AS r WHERE r.status = 'queued' AND (r.waiting = 0 OR NOT EXISTS (
+                        SELECT 1 FROM messages AS m WHERE m.account_id = r.account_id AND m.id = r.message_id
+                        AND m.status = 'queued')) AND NOT EXISTS (
                         SELECT 1 FROM runs AS s WHERE s.account_id = r.account_id AND s.chat_id = r.chat_id
                         AND (s.status = 'streaming' OR (s.status = 'queued' AND s.requested_seq < r.requested_seq)))
                     ORDER BY r.requested_at LIMIT 1{lock})
@@ -198,6 +211,22 @@ class SqlRunStore:
         async with self._db.transaction() as tx:
             rows = await tx.fetchall(f"SELECT {columns} FROM messages WHERE account_id = ? AND chat_id = ?", account_id, chat_id)
         return [Message.model_validate(dict(zip(MESSAGES.column_names, row))) for row in rows]
+
+    async def wait(self, run: Run, owner: str) -> bool:
+        async with self._db.transaction(write=True) as tx:
+            row = await tx.fetchone(
+                """UPDATE runs SET status = 'queued', waiting = 1, lease_owner = NULL, lease_until = NULL,
+                    upstream_calls = upstream_calls - 1
+                WHERE account_id = ? AND id = ? AND lease_owner = ? AND status = 'streaming' RETURNING id""",
+                run.account_id,
+                run.id,
+                owner,
+            )
+        return row is not None
+
+    async def stop_waiting(self, account_id: str) -> None:
+        async with self._db.transaction(write=True) as tx:
+            await tx.execute("UPDATE runs SET waiting = 0 WHERE account_id = ? AND waiting = 1", account_id)
 
     async def still_running(self, account_id: str, message_id: str) -> bool:
         row = await self._db.read_one("SELECT status FROM messages WHERE account_id = ? AND id = ?", account_id, message_id)

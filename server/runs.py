@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -36,9 +37,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from server.assistants import Assistant
+from server.attachments import Attachments
 from server.event_store import SqlEventStore
+from server.prompt import awaited_attachments, prompt_turns
 from server.run_store import Run, RunStore
-from shared.assistants import UpstreamError, Usage, history_along, turns_of
+from shared.assistants import Turn, UpstreamError, Usage, history_along
 from shared.ids import Uuid7Generator
 from shared.models import UNFINISHED, DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
 
@@ -112,6 +115,7 @@ class RunWorker:
         checkpoint_seconds: float = 1.0,
         end_stream: Callable[[str, str], Awaitable[None]] | None = None,
         streamed: Callable[[str, str], str | None] = lambda account_id, message_id: None,
+        attachments: Attachments | None = None,
     ) -> None:
         self._store = store
         self.run_store = run_store
@@ -124,6 +128,7 @@ class RunWorker:
         self.checkpoint_ratio: float | None = CHECKPOINT_RATIO
         self._end_stream = end_stream
         self._streamed = streamed  # a reply's text so far, as this process's sockets were sent it
+        self._attachments = attachments  # (None: a worker that reads no attachments' files)
         self._owner = uuid.uuid4().hex  # this process, as a lease holder
         self._new_id = Uuid7Generator(lambda: int(clock().timestamp() * 1000), os.urandom)
         self._wake = asyncio.Event()
@@ -259,13 +264,38 @@ class RunWorker:
             await self._edit(reply, "failed_upstream", "", run.account_id)
             await self._finish(run, "failed_upstream", None, False, error)
             return
+        history = history_along(messages, reply.parent_id)
+        if await self._must_wait(run, history):
+            return
+        turns = await prompt_turns(history, assistant.config.vision, functools.partial(self._blob, run.account_id))
         if not await self._edit(reply, "streaming", "", run.account_id):
             await self._stopped_before_it_started(run, reply)
             return
         try:
-            await self._stream(run, reply, assistant, messages)
+            await self._stream(run, reply, assistant, turns)
         finally:
             await self._ended_stream(run)
+
+    async def _blob(self, account_id: str, sha256: str) -> bytes | None:
+        return None if self._attachments is None else await self._attachments.bytes_of(account_id, sha256)
+
+    async def _must_wait(self, run: Run, history: list[Message]) -> bool:
+        """Whether the run waits for its question's attachments (not all on the server yet):
+        then it is queued again, not to be claimed until an upload of the account completes
+        (``Attachments.hold``). The reply stays ``queued`` meanwhile."""
+        if self._attachments is None:
+            return False
+        wanted = awaited_attachments(history)
+        if not await self._attachments.missing(run.account_id, wanted):
+            return False
+        if not await self.run_store.wait(run, self._owner):
+            return True  # (not ours any more)
+        log.info("run %s waits for its attachments", run.id)
+        # (An upload that completed between the look and the wait would have woken no one.)
+        if not await self._attachments.missing(run.account_id, wanted):
+            await self.run_store.stop_waiting(run.account_id)
+            self.wake()
+        return True
 
     async def _stopped_before_it_started(self, run: Run, reply: Message | None) -> None:
         """The reply is logged whole, as every run's end is: the Stop's event only patches its
@@ -274,14 +304,14 @@ class RunWorker:
             await self._edit(reply, "cancelled", reply.content, run.account_id)  # (refused if deleted)
         await self._finish(run, "cancelled", None, False, "stopped before it started")
 
-    async def _stream(self, run: Run, reply: Message, assistant: Assistant, messages: list[Message]) -> None:
+    async def _stream(self, run: Run, reply: Message, assistant: Assistant, turns: list[Turn]) -> None:
         content, pieces, usage = "", 0, None
         text_bytes = content_bytes = 0  # the text's UTF-8 bytes, and its bytes in a logged event
         status = "completed"
         error_text: str | None = None
         plan = self._plan(run, reply)
         checked = time.monotonic()  # when the reply's status was last read (or written)
-        stream = assistant.model.stream(turns_of(history_along(messages, reply.parent_id)))
+        stream = assistant.model.stream(turns)
         keeper = asyncio.ensure_future(self._keep_lease(run, asyncio.current_task()))
         try:
             async for piece in stream:

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from shared.models import DomainEvent, EventType, Message
+from shared.models import Attachment, DomainEvent, EventType, Message
 from shared.thread import Link, path_to
 
 TurnRole = Literal["system", "user", "assistant"]
@@ -25,6 +25,11 @@ TurnRole = Literal["system", "user", "assistant"]
 class Turn:
     role: TurnRole
     content: str
+    # The message's attachments (references), for a model that names them (the demo's).
+    attachments: tuple[Attachment, ...] = ()
+    # The turn as OpenAI content parts, when it holds more than text (an image: server/prompt.py
+    # builds them as it makes the request); else the request sends ``content``.
+    parts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ def turns_of(history: list[Message]) -> list[Turn]:
     turns: list[Turn] = []
     for message in history:
         if message.role == "user":
-            turns.append(Turn("user", message.content))
+            turns.append(Turn("user", message.content, attachments=message.attachments))
         elif message.role == "assistant" and message.content:
             turns.append(Turn("assistant", message.content))
         elif message.role in ("tool_call", "tool_result"):
@@ -111,8 +116,8 @@ class DemoModel:
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
     async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
-        question = next((t.content for t in reversed(turns) if t.role == "user"), "")
-        answer = demo_answer(question, sum(t.role == "user" for t in turns))
+        last = next((t for t in reversed(turns) if t.role == "user"), Turn("user", ""))
+        answer = demo_answer(last.content, sum(t.role == "user" for t in turns), last.attachments)
         words = answer.split(" ")
         for i, word in enumerate(words):
             await self.sleep(self.seconds_per_word)
@@ -121,11 +126,27 @@ class DemoModel:
         yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words), estimated=True))
 
 
-def demo_answer(question: str, turn: int) -> str:
+def describe_size(size: int) -> str:
+    """``size`` bytes for a person: 512 bytes, 12.3 KB, 4.5 MB."""
+    if size < 1000:
+        return "1 byte" if size == 1 else f"{size} bytes"
+    value, unit = size / 1000, "KB"
+    for bigger in ("MB", "GB", "TB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, bigger
+    return f"{value:.1f} {unit}"
+
+
+def demo_answer(question: str, turn: int, attachments: tuple[Attachment, ...] = ()) -> str:
     topic = " ".join(question.split()[:12]) or "nothing yet"
+    attached = ""
+    if attachments:
+        named = ", ".join(f"{a.name} ({a.mime or 'unknown type'}, {describe_size(a.size)})" for a in attachments)
+        attached = f" You attached {len(attachments)} file{'s' if len(attachments) != 1 else ''}: {named}."
     return (
         f"This is the built-in demo model, answering message {turn} of this chat. You wrote: "
-        f"\u201c{topic}\u201d. I run on the server with no network and no language model behind me, so I "
+        f"\u201c{topic}\u201d.{attached} I run on the server with no network and no language model behind me, so I "
         "cannot really think about it, but the way this answer reaches you is real: it streams word "
         "by word, it is saved as it grows, and if you close the tab or lose the connection now, the "
         "server keeps writing it and you will find it complete when you come back. Configure an "
@@ -139,7 +160,7 @@ def demo_answer(question: str, turn: int) -> str:
 def completion_request(model: str, turns: list[Turn]) -> dict[str, Any]:
     return {
         "model": model,
-        "messages": [{"role": t.role, "content": t.content} for t in turns],
+        "messages": [{"role": t.role, "content": list(t.parts) if t.parts else t.content} for t in turns],
         "stream": True,
         "stream_options": {"include_usage": True},  # the usage comes as a last chunk
     }

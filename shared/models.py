@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -102,11 +103,38 @@ class Chat(Wire):
     last_seq: int | None = None  # filled by the server
 
 
+# An attachment's id is the SHA-256 of its bytes, in lowercase hex.
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+MAX_ATTACHMENTS = 32  # per message
+_MAX_WIRE_INT = 2**53 - 1
+
+
+def _absent(value: object) -> bool:
+    return value is None or value == ()
+
+
+class Attachment(Wire):
+    """A file a message carries, by reference only: the bytes are the server's blob
+    ``/blobs/{sha256}`` (docs/protocol.md, "Attachments"), never in the log. ``mime`` is what the
+    sending device says the file is; the server serves and reads the bytes by its own sniffing.
+    ``width`` and ``height`` (an image's, in pixels) are left out of the JSON when unknown."""
+
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    name: Text = Field(min_length=1, max_length=255)
+    mime: Text = Field(max_length=255)
+    size: int = Field(ge=0, le=_MAX_WIRE_INT)
+    width: int | None = Field(default=None, ge=0, le=1_000_000, exclude_if=_absent)
+    height: int | None = Field(default=None, ge=0, le=1_000_000, exclude_if=_absent)
+
+
 class Message(Wire):
     id: Id
     chat_id: Id
     role: Role
     content: Text
+    # Left out of the JSON when there are none: a message without attachments is the same JSON
+    # as before they existed, so an older client reads it (and an older event still parses).
+    attachments: tuple[Attachment, ...] = Field(default=(), max_length=MAX_ATTACHMENTS, exclude_if=_absent)
     parent_id: Id | None = None
     status: Status = "completed"
     assistant_id: Text | None = None
@@ -114,6 +142,25 @@ class Message(Wire):
     created_at: Timestamp
     updated_at: Timestamp | None = None  # filled by the server
     last_seq: int | None = None  # filled by the server
+
+    # A row of the ``messages`` table (shared/schema.py) holds the attachments as one column of
+    # JSON text, ``attachments_json`` (NULL: none): a row read back validates as a Message.
+    @model_validator(mode="before")
+    @classmethod
+    def _from_row(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "attachments_json" in data:
+            data = dict(data)
+            raw = data.pop("attachments_json")
+            if raw:
+                data["attachments"] = json.loads(raw)
+        return data
+
+    @property
+    def attachments_json(self) -> str | None:
+        """The ``attachments_json`` column of this message's row: the attachments' JSON, or None."""
+        if not self.attachments:
+            return None
+        return json.dumps([a.wire() for a in self.attachments], separators=(",", ":"))
 
 
 # --- Event payloads that are not whole entities ------------------------------------------------

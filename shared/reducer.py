@@ -66,8 +66,18 @@ CANCELLABLE = UNFINISHED
 PENDING_SEQ = 0
 
 
-def _row(entity: Chat | Message, seq: int, at: str) -> dict[str, Any]:
+def row_of(entity: Chat | Message) -> dict[str, Any]:
+    """The entity as its table's row holds it: a message's attachments are one column of JSON
+    (shared/schema.py), which ``Message.model_validate`` of the row reads back."""
     row = entity.model_dump()
+    if isinstance(entity, Message):
+        row.pop("attachments", None)
+        row["attachments_json"] = entity.attachments_json
+    return row
+
+
+def _row(entity: Chat | Message, seq: int, at: str) -> dict[str, Any]:
+    row = row_of(entity)
     row["updated_at"] = at
     row["last_seq"] = seq
     return row

@@ -64,6 +64,8 @@ MESSAGES = Table(
         Column("created_at", "text"),
         Column("updated_at", "text"),
         Column("last_seq", "integer"),
+        # The message's attachments (references, never bytes) as JSON text; NULL: none.
+        Column("attachments_json", "text", nullable=True),
     ),
     indexes=(("last_seq",), ("chat_id", "last_seq"), ("chat_id", "created_at")),
 )

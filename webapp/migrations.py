@@ -154,6 +154,13 @@ def _migration_9(conn: sqlite3.Connection) -> None:
         conn.execute(f"DELETE FROM {confirmed} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')")
 
 
+def _migration_10(conn: sqlite3.Connection) -> None:
+    """A message's attachments, as references (JSON text, NULL: none), in both copies of the rows
+    (shared/schema.py)."""
+    for table in ("messages", "confirmed_messages"):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN attachments_json TEXT")
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -165,4 +172,5 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0007_search_backlog", _migration_7),
     ("0008_confirmed_indexes", _migration_8),
     ("0009_rows_once", _migration_9),
+    ("0010_attachments", _migration_10),
 ]

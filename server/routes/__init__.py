@@ -1,6 +1,6 @@
 """The API's routes, one blueprint per part (``create_blueprint(parts)`` in each module):
 ``accounts`` (sign-up, login, logout), ``sync`` (the log, the state, the live socket),
-``runs`` (assistants and their runs), ``operations`` (health, readiness, metrics, the API's
+``runs`` (assistants and their runs), ``blobs`` (attachments' bytes), ``operations`` (health, readiness, metrics, the API's
 description, help pages, the access log) and ``assets`` (the page, the service worker, Python, the
 static files). ``server/app.py`` builds the parts and registers the blueprints.
 
@@ -23,6 +23,7 @@ from werkzeug.datastructures import Headers
 
 from server import auth
 from server.assets import Assets
+from server.attachments import Attachments
 from server.config import Settings
 from server.errors import ApiError
 from server.event_store import SqlEventStore
@@ -43,6 +44,7 @@ class Parts:
 
     settings: Settings
     store: SqlEventStore
+    attachments: Attachments
     hub: Hub
     runs: RunWorker
     metrics: Metrics

@@ -36,9 +36,9 @@ chat = store.chats()[0].id
 def fill(total):
     have = store.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     rows = [(f"00000000-0000-7000-8000-{n:012d}", chat, "user", "x" * 200, None, "completed", None, None,
-             "2026-11-30T12:00:00.000Z", "2026-11-30T12:00:00.000Z", 1) for n in range(have, total)]
+             "2026-11-30T12:00:00.000Z", "2026-11-30T12:00:00.000Z", 1, None) for n in range(have, total)]
     with store._transaction() as conn:  # (the server's rows, stored once: shown)
-        conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
 async def timed(target, n):
     times = []

@@ -51,7 +51,7 @@ with store._transaction() as conn:  # (the index is brought up to date before it
             chat = new_id()
             conn.execute("INSERT INTO chats VALUES (?, ?, ?, ?, 1)", (chat, " ".join(rng.choices(words, weights, k=4)), at, at))
         text = " ".join(rng.choices(words, weights, k=rng.randint(8, 60)))
-        conn.execute("INSERT INTO messages VALUES (?, ?, ?, ?, NULL, 'completed', NULL, NULL, ?, ?, 1)",
+        conn.execute("INSERT INTO messages VALUES (?, ?, ?, ?, NULL, 'completed', NULL, NULL, ?, ?, 1, NULL)",
                      (new_id(), chat, "user" if n % 2 == 0 else "assistant", text, at, at))
 filled = time.perf_counter() - began
 """

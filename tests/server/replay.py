@@ -6,7 +6,7 @@ import sqlite3
 from typing import Any
 
 from shared.models import LoggedEvent, Snapshot
-from shared.reducer import apply
+from shared.reducer import apply, row_of
 from shared.schema import CHATS, MESSAGES, Sql
 
 SQL = Sql("sqlite", scoped=False)
@@ -23,7 +23,7 @@ def replay(events: list[LoggedEvent], start: Snapshot | None = None) -> State:
             cols = table.column_names
             conn.executemany(
                 f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                [[r.model_dump()[c] for c in cols] for r in rows],
+                [[row_of(r)[c] for c in cols] for r in rows],
             )
     for event in events:
         for mutation in apply(event):
@@ -38,8 +38,8 @@ def replay(events: list[LoggedEvent], start: Snapshot | None = None) -> State:
 
 def as_state(snapshot: Snapshot) -> State:
     return {
-        "chats": {c.id: c.model_dump() for c in snapshot.chats},
-        "messages": {m.id: m.model_dump() for m in snapshot.messages},
+        "chats": {c.id: row_of(c) for c in snapshot.chats},
+        "messages": {m.id: row_of(m) for m in snapshot.messages},
     }
 
 

@@ -109,6 +109,13 @@ REPRESENTATIVE: list[tuple[str, str, str | None, bool, int]] = [
     ("GET", "/sync/updates", None, False, 401),
     ("POST", "/auth/signup", "{", False, 400),
     ("DELETE", "/healthz", None, False, 405),
+    # Attachments (server/routes/blobs.py): tus's OPTIONS, a HEAD and PATCH refused without
+    # Tus-Resumable, a blob that is not there.
+    ("OPTIONS", "/blobs", None, False, 204),
+    ("HEAD", "/blobs/" + "ab" * 32, None, True, 412),
+    ("PATCH", "/blobs/" + "ab" * 32, None, True, 412),  # (a body unread would end the connection)
+    ("GET", "/blobs/" + "ab" * 32, None, True, 404),
+    ("GET", "/blobs/" + "ab" * 32, None, False, 401),
 ]
 
 

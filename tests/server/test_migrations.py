@@ -24,7 +24,12 @@ from tests.schemas import Schema, differences, read_postgres, read_sqlite, repor
 
 # The tables that are the server's own: no definition but their migrations (the dialects are
 # compared with each other below). Every other table is one of shared.schema's.
-SERVER_TABLES = {"accounts", "devices", "sessions", "logs", "events", "event_ids", "runs", "schema_migrations"}
+SERVER_TABLES = {
+    "accounts", "devices", "sessions", "logs", "events", "event_ids", "runs", "schema_migrations",
+    "blob_holdings", "blob_uploads", "blobs", "blob_chunks",
+}  # fmt: skip
+# Types that are one type in the other dialect's words.
+SAME_TYPE = {"bigint": "integer", "bytea": "blob"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -120,13 +125,13 @@ async def test_both_dialects_migrate_to_the_same_tables(tmp_path: Path) -> None:
     table, the server's own ones too, has the same columns, keys and indexes on both."""
 
     def portable(schema: Schema) -> Schema:
-        # BIGINT is SQLite's INTEGER; a primary key's columns are NOT NULL on PostgreSQL whatever
+        # BIGINT is SQLite's INTEGER, BYTEA its BLOB; a primary key's columns are NOT NULL on PostgreSQL whatever
         # was declared (SQLite lets a TEXT key be NULL unless told).
         return {
             name: replace(
                 table,
                 columns=tuple(
-                    replace(c, type="integer" if c.type == "bigint" else c.type, not_null=c.not_null or c.name in table.primary_key)
+                    replace(c, type=SAME_TYPE.get(c.type, c.type), not_null=c.not_null or c.name in table.primary_key)
                     for c in table.columns
                 ),
             )

@@ -36,7 +36,7 @@ def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) ->
     defaults: dict[str, Any] = {
         "ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0, "run_checkpoint_seconds": 0.05,
     }  # fmt: skip
-    return Settings(database_url=database_url, assistants=upstream.config(), **{**defaults, **overrides})
+    return Settings(database_url=database_url, **{"assistants": upstream.config(), **defaults, **overrides})
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ async def log_of(client: Client, session: dict[str, Any], after: int = 0) -> lis
 async def test_the_assistants_are_listed(client: Client) -> None:
     session = await signup(client)
     response = await client.get("/assistants", headers=bearer(session))
-    assert await response.get_json() == [{"id": "fake", "name": "Fake", "kind": "remote", "model": "fake-1"}]
+    assert await response.get_json() == [{"id": "fake", "name": "Fake", "kind": "remote", "model": "fake-1", "vision": False}]
     assert (await client.get("/assistants")).status_code == 401
 
 

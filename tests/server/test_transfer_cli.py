@@ -4,13 +4,17 @@ the same state on arrival, a second import that changes nothing, and clear refus
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
-from server.config import ROOT
+from server.app import open_attachments
+from server.config import ROOT, Settings
 from server.databases import open_database
 from server.event_store import SqlEventStore
 from shared.models import DomainEvent
@@ -211,3 +215,73 @@ async def test_a_file_that_is_not_an_export_or_an_unknown_user_is_refused_plainl
         assert (await state(store, (await store.find_account("alice")).id))["seq"] == 0  # type: ignore[union-attr]
     finally:
         await store.close()
+
+
+def cli_bytes(*args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "server", *args], cwd=ROOT, input=input, capture_output=True, timeout=60)
+
+
+async def test_an_export_with_files_takes_the_attachments_along(tmp_path: Path) -> None:
+    """``export --with-files``: a tar of the export and the files its messages reference that the
+    account holds; ``import`` restores them (checked against their digests) before the messages."""
+    lite_url = f"sqlite:///{tmp_path / 'chat.db'}"
+    schema, pg_url = await postgres_schema()
+    lite, pg = await opened(lite_url), await opened(pg_url)
+    picture, notes = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64, "Notizen \u00fcber alles\n".encode()
+    digests = {hashlib.sha256(d).hexdigest(): d for d in (picture, notes)}
+    try:
+        alice, bob = await account(lite, "alice"), await account(pg, "bob")
+        files = open_attachments(lite, Settings(database_url=lite_url), Clock())
+        for digest, data in digests.items():
+            assert await files.restore(alice, digest, data)
+        await files.restore(alice, hashlib.sha256(b"unreferenced").hexdigest(), b"unreferenced")  # (not exported)
+        chat, message_id = new_id(), new_id()
+        attachments = [
+            {"sha256": hashlib.sha256(picture).hexdigest(), "name": "p.png", "mime": "image/png", "size": len(picture)},
+            {"sha256": hashlib.sha256(notes).hexdigest(), "name": "notes.txt", "mime": "text/plain", "size": len(notes)},
+            {"sha256": "ab" * 32, "name": "never.bin", "mime": "", "size": 3},  # (never uploaded: not in the file)
+        ]
+        events = [
+            event("ChatCreated", {"id": chat, "title": "Files", "createdAt": T}),
+            event("MessageAppended", msg(message_id, chat, content="see attached", attachments=attachments)),
+        ]
+        results, _ = await lite.append(alice, "test", [DomainEvent.model_validate(e) for e in events])
+        assert [r.status for r in results] == ["accepted", "accepted"]
+
+        exported = await asyncio.to_thread(cli_bytes, "export", "--database-url", lite_url, "--user", "alice", "--with-files")
+        assert exported.returncode == 0, exported.stderr
+        assert b"exported 1 chats, 1 messages, 2 files of alice" in exported.stderr
+        with tarfile.open(fileobj=io.BytesIO(exported.stdout)) as tar:
+            names = tar.getnames()
+            assert names[0] == "chat-export.json"
+            assert sorted(names[1:]) == sorted(f"files/{d}" for d in digests)
+            member = tar.extractfile(f"files/{hashlib.sha256(picture).hexdigest()}")
+            assert member is not None and member.read() == picture
+
+        imported = await asyncio.to_thread(cli_bytes, "import", "--database-url", pg_url, "--user", "bob", input=exported.stdout)
+        assert imported.returncode == 0, imported.stderr
+        assert b"restored 2 of 2 files" in imported.stderr and b"imported 1 chats, 1 messages" in imported.stderr
+        bobs = open_attachments(pg, Settings(database_url=pg_url), Clock())
+        for digest, data in digests.items():
+            assert await bobs.bytes_of(bob, digest) == data
+        [arrived] = (await pg.read_state(bob, None, None, 100, None)).snapshot.messages
+        assert [a.wire() for a in arrived.attachments] == attachments
+
+        # A file whose bytes are not its name's is skipped, and said so; the rest goes in.
+        forged = io.BytesIO()
+        with tarfile.open(fileobj=forged, mode="w") as tar, tarfile.open(fileobj=io.BytesIO(exported.stdout)) as old:
+            for info in old.getmembers():
+                data = old.extractfile(info).read()  # type: ignore[union-attr]
+                if info.name.startswith("files/"):
+                    data = data[::-1]
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        carol = await account(pg, "carol")
+        refused = await asyncio.to_thread(cli_bytes, "import", "--database-url", pg_url, "--user", "carol", input=forged.getvalue())
+        assert refused.returncode == 0, refused.stderr
+        assert b"restored 0 of 2 files" in refused.stderr and b"skipped the file" in refused.stderr
+        assert await bobs.held(carol) == {}
+    finally:
+        await lite.close()
+        await pg.close()
+        await drop_schema(schema)

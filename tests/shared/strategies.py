@@ -8,6 +8,7 @@ from typing import TypeVar
 from hypothesis import strategies as st
 
 from shared.models import (
+    Attachment,
     Chat,
     ChatRef,
     DomainEvent,
@@ -41,6 +42,18 @@ def model(cls: type[T], **fields: st.SearchStrategy[object]) -> st.SearchStrateg
 chats = model(Chat, id=ids, title=st.text(characters, max_size=100), created_at=times)
 
 
+# (Cheap to draw: the strategies of messages are drawn by the thousand.)
+attachments = model(
+    Attachment,
+    sha256=st.sampled_from([f"{i:02x}" * 32 for i in (0, 1, 0xAB, 0xFF)]),
+    name=st.sampled_from(["cat.png", "notes.txt", "Bericht über “X”.pdf", "a"]),
+    mime=st.sampled_from(["image/png", "image/jpeg", "text/plain", "application/pdf", ""]),
+    size=st.sampled_from([0, 1, 20 * 1024 * 1024, 2**53 - 1]),
+    width=st.none() | st.just(640),
+    height=st.none() | st.just(480),
+)
+
+
 def messages(role: str | None = None) -> st.SearchStrategy[Message]:
     return model(
         Message,
@@ -48,6 +61,7 @@ def messages(role: str | None = None) -> st.SearchStrategy[Message]:
         chat_id=ids,
         role=st.just(role) if role else st.sampled_from(["user", "assistant", "tool_call", "tool_result", "error"]),
         content=text,
+        attachments=st.just(()) | st.lists(attachments, min_size=1, max_size=2).map(tuple),
         parent_id=st.none() | ids,
         status=st.sampled_from(["completed", "queued", "streaming", "failed_upstream", "cancelled"]),
         assistant_id=st.none() | st.text(characters, min_size=1, max_size=20),

@@ -27,10 +27,13 @@ def test_logged_events_round_trip_through_json(event: LoggedEvent) -> None:
 def test_entities_are_camel_case_on_the_wire(chat: object, message: Message) -> None:
     snapshot = Snapshot(chats=[chat], messages=[message])  # type: ignore[list-item]
     wire = snapshot.wire()
+    # (``attachments`` only when there are some: the JSON of one without is as it always was)
     assert set(wire["messages"][0]) == {
         "id", "chatId", "role", "content", "parentId", "status", "assistantId", "runId",
         "createdAt", "updatedAt", "lastSeq",
-    }
+    } | ({"attachments"} if message.attachments else set())
+    for attachment in wire["messages"][0].get("attachments", []):
+        assert {"sha256", "name", "mime", "size"} <= set(attachment) <= {"sha256", "name", "mime", "size", "width", "height"}
     assert Snapshot.model_validate(wire) == snapshot
 
 

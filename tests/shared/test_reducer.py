@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from shared.models import DomainEvent, LoggedEvent
-from shared.reducer import PENDING_SEQ, Delete, DeleteChildren, Patch, Upsert, apply
+from shared.models import MAX_ATTACHMENTS, Attachment, DomainEvent, LoggedEvent, Message
+from shared.reducer import PENDING_SEQ, Delete, DeleteChildren, Patch, Upsert, apply, mutations
 from shared.schema import CHATS, MESSAGES, Sql
 from tests.shared.vectors import CHAT, MSG, PARENT, RUN, T0, T1, VECTORS
 
@@ -28,6 +30,7 @@ MESSAGE_ROW = {
     "run_id": None,
     "created_at": T0,
     "updated_at": T1,
+    "attachments_json": None,
 }
 
 
@@ -135,7 +138,7 @@ def test_mutations_run_on_sqlite_and_do_what_they_say(scoped: bool) -> None:
     assert [r[-4:] for r in _table(conn, "chats")] == [("Renamed", T0, T1, 2)]
     run("MessageAppended")
     run("MessageEdited")
-    assert [r[-8:-7] for r in _table(conn, "messages")] == [("Edited",)]
+    assert [r[-9:-8] for r in _table(conn, "messages")] == [("Edited",)]
     run("AssistantRunRequested")  # replaces the row: queued assistant reply
     run("AssistantRunCancelled")
     status = conn.execute("SELECT status, last_seq FROM messages").fetchall()
@@ -148,3 +151,42 @@ def test_mutations_run_on_sqlite_and_do_what_they_say(scoped: bool) -> None:
     run("MessageAppended")
     run("ChatDeleted")
     assert _table(conn, "messages") == [] and _table(conn, "chats") == []
+
+
+def test_a_message_s_attachments_are_one_column_of_json_and_read_back() -> None:
+    """The references go into ``attachments_json`` (NULL for none); the row validates back as
+    the same message; the JSON of a message without any is as it was before attachments."""
+    event = by_type("MessageAppended")
+    assert isinstance(event.payload, Message)
+    assert "attachments" not in event.payload.wire()
+    picture = Attachment(sha256="ab" * 32, name="cat.png", mime="image/png", size=1234, width=64, height=48)
+    text = Attachment(sha256="cd" * 32, name="notes.txt", mime="text/plain", size=9)
+    message = event.payload.model_copy(update={"attachments": (picture, text)})
+    wire = message.wire()
+    assert wire["attachments"] == [
+        {"sha256": "ab" * 32, "name": "cat.png", "mime": "image/png", "size": 1234, "width": 64, "height": 48},
+        {"sha256": "cd" * 32, "name": "notes.txt", "mime": "text/plain", "size": 9},
+    ]
+    [upsert] = mutations(event.type, message, 4, T1)
+    assert isinstance(upsert, Upsert) and "attachments" not in upsert.row
+    assert json.loads(upsert.row["attachments_json"]) == wire["attachments"]
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    sql = Sql("sqlite", scoped=False)
+    for statement in sql.create(MESSAGES):
+        conn.execute(statement)
+    conn.execute(*sql.mutation(upsert))
+    row = dict(conn.execute("SELECT * FROM messages").fetchone())
+    assert Message.model_validate(row) == message.model_copy(update={"updated_at": T1, "last_seq": 4})
+
+
+def test_attachments_are_checked() -> None:
+    good = {"sha256": "ab" * 32, "name": "a.png", "mime": "image/png", "size": 1}
+    Attachment.model_validate(good)
+    for bad in ({"sha256": "AB" * 32}, {"sha256": "ab" * 31}, {"name": ""}, {"size": -1}, {"name": "a\x00"}):
+        with pytest.raises(ValidationError):
+            Attachment.model_validate({**good, **bad})
+    event = by_type("MessageAppended")
+    raw = {**event.payload.wire(), "attachments": [good] * (MAX_ATTACHMENTS + 1)}
+    with pytest.raises(ValidationError):
+        Message.model_validate(raw)

@@ -39,7 +39,7 @@ def test_the_index_is_always_the_index_of_the_rows(transactions: list[list[tuple
                 for kind, n, text in operations_:
                     if kind == "upsert":
                         conn.execute(
-                            "INSERT INTO messages VALUES (?, 'c', 'user', ?, NULL, 'completed', NULL, NULL, 't', 't', 1) "
+                            "INSERT INTO messages VALUES (?, 'c', 'user', ?, NULL, 'completed', NULL, NULL, 't', 't', 1, NULL) "
                             "ON CONFLICT (id) DO UPDATE SET content = excluded.content",
                             (f"m{n}", text),
                         )

@@ -1,0 +1,545 @@
+"""The bytes of attachments: blobs, content-addressed by their SHA-256, behind one contract
+(``BlobStore``) with two implementations, and the one sniffing of what a blob is (``sniff``).
+
+Guarantees every store keeps (tests/server/test_blob_store_contract.py runs them on each):
+
+* An upload belongs to an ``owner`` (an account) and names the blob it will be: each owner sends
+  the bytes of its own upload (no one completes another's, or learns of it), while the complete
+  blob is stored once, however many owners uploaded it.
+* ``append`` adds bytes at ``offset`` only when that is exactly what the upload has received
+  (else ``OffsetMismatch`` with the store's offset, and nothing is written): so concurrent
+  appends to one upload, from any process, never interleave, and a retried chunk is never
+  stored twice. The bytes an append reported are durable: a process killed after it keeps them,
+  and one killed during it keeps a prefix, which ``received`` tells.
+* ``complete`` checks the SHA-256 of the whole upload. A mismatch discards the upload
+  (``HashMismatch``); a match makes the blob readable. Until then, no reader sees any of it:
+  there is no half blob, whatever crashes.
+* ``delete`` removes a complete blob, but not one made or completed again after
+  ``created_before`` (garbage collection passes over what is new, see server/attachments.py).
+
+``FileBlobStore`` (the default beside SQLite) keeps files under a directory, sharded by digest;
+``SqlBlobStore`` (with PostgreSQL) keeps chunks in the database, so that every server process
+sees every blob. ``open_blob_store`` picks the one for the configured database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import re
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from server.db import Database, Tx, integer, text
+from shared.models import SHA256_PATTERN, format_time
+
+# A chunk of the SQL store: one row of ``blob_chunks``. A PATCH's body is split into rows of at
+# most this many bytes, so reading a blob holds one row in memory at a time.
+ROW_BYTES = 1024 * 1024
+# What a file store reads at a time (hashing, serving).
+READ_BYTES = 256 * 1024
+
+_SHA256 = re.compile(SHA256_PATTERN)
+_OWNER = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # (an account's id: it names a directory)
+
+
+class BlobError(Exception):
+    """Base of the blob stores' own errors."""
+
+
+class OffsetMismatch(BlobError):
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the upload has {offset} bytes")
+        self.offset = offset
+
+
+class HashMismatch(BlobError):
+    def __init__(self, expected: str, actual: str) -> None:
+        super().__init__(f"the bytes' SHA-256 is {actual}, not {expected}")
+        self.expected, self.actual = expected, actual
+
+
+class BlobMissing(BlobError):
+    """No complete blob (or no upload) with this digest."""
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    sha256: str
+    size: int
+    created_at: datetime  # when it was completed last
+
+
+def _check(owner: str | None, sha256: str) -> None:
+    if not _SHA256.fullmatch(sha256):
+        raise ValueError(f"not a SHA-256 in lowercase hex: {sha256!r}")
+    if owner is not None and not _OWNER.fullmatch(owner):
+        raise ValueError(f"not an owner: {owner!r}")
+
+
+class BlobStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None:
+        """Safe to call twice."""
+
+    async def begin(self, owner: str, sha256: str) -> int:
+        """Start ``owner``'s upload of the blob (nothing when started already); its offset."""
+
+    async def received(self, owner: str, sha256: str) -> int | None:
+        """The bytes ``owner``'s upload of the blob has, or None when none is under way."""
+
+    async def append(self, owner: str, sha256: str, offset: int, data: bytes) -> int:
+        """Add ``data`` at ``offset`` (starting the upload if need be); the new offset.
+        ``OffsetMismatch`` when the upload has another count of bytes."""
+
+    async def complete(self, owner: str, sha256: str) -> int:
+        """Check the upload's SHA-256 and make it the blob; its size. ``HashMismatch`` (the
+        upload is gone) when the bytes are not the blob's; ``BlobMissing`` when there is no upload."""
+
+    async def discard(self, owner: str, sha256: str) -> None:
+        """Forget ``owner``'s upload of the blob, if any."""
+
+    async def size(self, sha256: str) -> int | None:
+        """The complete blob's size, or None when there is none."""
+
+    def read(self, sha256: str, start: int = 0) -> AsyncGenerator[bytes, None]:
+        """The blob's bytes from ``start``, in pieces. ``BlobMissing`` when there is none."""
+
+    async def delete(self, sha256: str, created_before: datetime | None = None) -> bool:
+        """Remove the blob (only if completed before ``created_before``, when given); whether it did."""
+
+    async def blobs(self) -> list[StoredBlob]:
+        """Every complete blob."""
+
+
+async def first_bytes(store: BlobStore, sha256: str, count: int) -> bytes:
+    """Up to ``count`` bytes of the blob's start (for ``sniff``)."""
+    head = b""
+    pieces = store.read(sha256)
+    try:
+        async for piece in pieces:
+            head += piece
+            if len(head) >= count:
+                break
+    finally:
+        await pieces.aclose()
+    return head[:count]
+
+
+# --- the file system -------------------------------------------------------------------------
+
+
+class FileBlobStore:
+    """Blobs as files: ``<root>/blobs/ab/cd/<sha256>``; an upload in progress is
+    ``<root>/uploads/<owner>/<sha256>.part``, written in place and fsynced before an append
+    returns, and renamed into ``blobs/`` only once its digest is checked (then the directory is
+    fsynced too). A file's modification time is when it was completed (``clock``). Appends to
+    an upload take turns by a lock of its file (``flock``), so several processes may share the
+    directory; within a process an asyncio lock keeps them from each holding a thread."""
+
+    def __init__(self, root: Path, clock: Callable[[], datetime]) -> None:
+        self.root = root
+        self._clock = clock
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._users: dict[tuple[str, str], int] = {}
+
+    async def open(self) -> None:
+        for sub in ("blobs", "uploads"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    async def close(self) -> None:
+        pass
+
+    def _blob(self, sha256: str) -> Path:
+        return self.root / "blobs" / sha256[:2] / sha256[2:4] / sha256
+
+    def _part(self, owner: str, sha256: str) -> Path:
+        return self.root / "uploads" / owner / f"{sha256}.part"
+
+    async def _in_turn(self, owner: str, sha256: str, work: Callable[[], int | None]) -> int | None:
+        """``work`` in a thread, one at a time per upload in this process."""
+        _check(owner, sha256)
+        key = (owner, sha256)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                return await asyncio.to_thread(work)
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+    async def begin(self, owner: str, sha256: str) -> int:
+        offset = await self._in_turn(owner, sha256, lambda: self._begin(self._part(owner, sha256)))
+        assert offset is not None
+        return offset
+
+    @staticmethod
+    def _begin(part: Path) -> int:
+        with _locked_file(part, create=True) as f:
+            assert f is not None
+            return os.fstat(f.fileno()).st_size
+
+    async def received(self, owner: str, sha256: str) -> int | None:
+        _check(owner, sha256)
+        try:
+            return self._part(owner, sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    async def append(self, owner: str, sha256: str, offset: int, data: bytes) -> int:
+        done = await self._in_turn(owner, sha256, lambda: self._append(self._part(owner, sha256), offset, data))
+        assert done is not None
+        return done
+
+    @staticmethod
+    def _append(part: Path, offset: int, data: bytes) -> int:
+        with _locked_file(part, create=offset == 0) as f:  # (only a first append starts one)
+            if f is None:
+                raise OffsetMismatch(0)
+            have = os.fstat(f.fileno()).st_size
+            if have != offset:
+                raise OffsetMismatch(have)
+            f.seek(offset)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return offset + len(data)
+
+    async def complete(self, owner: str, sha256: str) -> int:
+        size = await self._in_turn(owner, sha256, lambda: self._complete(owner, sha256))
+        assert size is not None
+        return size
+
+    def _complete(self, owner: str, sha256: str) -> int:
+        part = self._part(owner, sha256)
+        target = self._blob(sha256)
+        with _locked_file(part, create=False) as f:
+            if f is None:
+                raise BlobMissing(sha256)
+            digest = hashlib.sha256()
+            size = 0
+            while piece := f.read(READ_BYTES):
+                digest.update(piece)
+                size += len(piece)
+            if digest.hexdigest() != sha256:
+                part.unlink()
+                raise HashMismatch(sha256, digest.hexdigest())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            moment = self._clock().timestamp()
+            os.utime(f.fileno(), (moment, moment))
+            # (Over a blob another owner completed: the same bytes, and the time is renewed, so a
+            # garbage collection that listed the old one passes over it.)
+            os.replace(part, target)
+        _sync_dir(target.parent)
+        return size
+
+    async def discard(self, owner: str, sha256: str) -> None:
+        await self._in_turn(owner, sha256, lambda: self._discard(self._part(owner, sha256)))
+
+    @staticmethod
+    def _discard(part: Path) -> None:
+        with _locked_file(part, create=False) as f:
+            if f is not None:
+                part.unlink()
+
+    async def size(self, sha256: str) -> int | None:
+        _check(None, sha256)
+        try:
+            return self._blob(sha256).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    async def read(self, sha256: str, start: int = 0) -> AsyncGenerator[bytes, None]:
+        _check(None, sha256)
+        try:
+            f = await asyncio.to_thread(self._blob(sha256).open, "rb")
+        except FileNotFoundError:
+            raise BlobMissing(sha256) from None
+        try:  # (an open file reads on when the blob is deleted meanwhile)
+            f.seek(start)
+            while piece := await asyncio.to_thread(f.read, READ_BYTES):
+                yield piece
+        finally:
+            f.close()
+
+    async def delete(self, sha256: str, created_before: datetime | None = None) -> bool:
+        _check(None, sha256)
+        path = self._blob(sha256)
+        try:
+            if created_before is not None and path.stat().st_mtime >= created_before.timestamp():
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def blobs(self) -> list[StoredBlob]:
+        return await asyncio.to_thread(self._list)
+
+    def _list(self) -> list[StoredBlob]:
+        found = []
+        for path in (self.root / "blobs").glob("*/*/*"):
+            if _SHA256.fullmatch(path.name):
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                found.append(StoredBlob(path.name, stat.st_size, datetime.fromtimestamp(stat.st_mtime, UTC)))
+        return sorted(found, key=lambda b: b.sha256)
+
+
+@contextmanager
+def _locked_file(path: Path, create: bool) -> Iterator[BinaryIO | None]:
+    """The file at ``path``, open for reading and writing, under an exclusive lock of the whole
+    file (``flock``: every process's work on one upload takes turns); None when there is no file
+    (and ``create`` is false). Should another process have renamed or removed the file while
+    this one waited for the lock, the file now at ``path`` is taken instead."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            if not create:
+                yield None
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        with os.fdopen(fd, "r+b") as f:  # (closing it lets go of the lock)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                if create:
+                    _sync_dir(path.parent)  # (a new file's name is durable too)
+                yield f
+                return
+
+
+def _sync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- the database ----------------------------------------------------------------------------
+
+COMPLETE = ""  # the owner of a complete blob's chunks
+BEGUN = -1  # the start of the empty row that says an upload has begun
+
+
+class SqlBlobStore:
+    """Blobs in the database (``server/db.py``; made for PostgreSQL, where every server process
+    sees every blob; it runs on SQLite as well): ``blob_chunks`` rows of at most ``ROW_BYTES``,
+    ``owner`` the uploading account while the upload is partial (an empty row at start -1 says
+    it has begun), '' once complete; ``blobs`` lists the complete ones. An upload's appends are
+    serialized across processes by a transaction-scoped advisory lock of its own (SQLite's write
+    transactions are one at a time anyway), a blob's completion and deletion by one of the blob's."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def open(self) -> None:
+        pass  # (the database is the event store's: opened, and migrated, with it)
+
+    async def close(self) -> None:
+        pass
+
+    async def _lock(self, tx: Tx, key: str) -> None:
+        if self._db.dialect == "postgres":
+            await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", key)
+
+    @staticmethod
+    async def _received(tx: Tx, owner: str, sha256: str) -> int | None:
+        row = await tx.fetchone(
+            "SELECT count(*), max(start + size) FROM blob_chunks WHERE owner = ? AND sha256 = ?", owner, sha256
+        )
+        assert row is not None
+        if not integer(row[0]):
+            return None
+        return max(0, integer(row[1]))
+
+    @staticmethod
+    async def _start(tx: Tx, owner: str, sha256: str) -> None:
+        await tx.execute(
+            "INSERT INTO blob_chunks (owner, sha256, start, size, data) VALUES (?, ?, ?, 0, ?)", owner, sha256, BEGUN, b""
+        )
+
+    async def begin(self, owner: str, sha256: str) -> int:
+        _check(owner, sha256)
+        async with self._db.transaction(write=True) as tx:
+            await self._lock(tx, f"upload {owner} {sha256}")
+            have = await self._received(tx, owner, sha256)
+            if have is not None:
+                return have
+            await self._start(tx, owner, sha256)
+            return 0
+
+    async def received(self, owner: str, sha256: str) -> int | None:
+        _check(owner, sha256)
+        async with self._db.transaction() as tx:
+            return await self._received(tx, owner, sha256)
+
+    async def append(self, owner: str, sha256: str, offset: int, data: bytes) -> int:
+        _check(owner, sha256)
+        async with self._db.transaction(write=True) as tx:
+            await self._lock(tx, f"upload {owner} {sha256}")
+            have = await self._received(tx, owner, sha256)
+            if have is None:
+                have = 0
+                await self._start(tx, owner, sha256)
+            if have != offset:
+                raise OffsetMismatch(have)
+            rows = [
+                (owner, sha256, offset + i, len(data[i : i + ROW_BYTES]), data[i : i + ROW_BYTES])
+                for i in range(0, len(data), ROW_BYTES)
+            ]
+            if rows:
+                await tx.executemany("INSERT INTO blob_chunks (owner, sha256, start, size, data) VALUES (?, ?, ?, ?, ?)", rows)
+        return offset + len(data)
+
+    async def complete(self, owner: str, sha256: str) -> int:
+        _check(owner, sha256)
+        mismatch: HashMismatch | None = None
+        async with self._db.transaction(write=True) as tx:
+            await self._lock(tx, f"upload {owner} {sha256}")
+            if await self._received(tx, owner, sha256) is None:
+                raise BlobMissing(sha256)
+            # Read a row at a time, in this transaction: the upload's lock keeps appends out meanwhile.
+            starts = await tx.fetchall(
+                "SELECT start FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start >= 0 ORDER BY start", owner, sha256
+            )
+            digest, size = hashlib.sha256(), 0
+            for (start,) in starts:
+                chunk = await tx.fetchone(
+                    "SELECT data FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start = ?", owner, sha256, start
+                )
+                assert chunk is not None and isinstance(chunk[0], bytes)
+                digest.update(chunk[0])
+                size += len(chunk[0])
+            if digest.hexdigest() != sha256:
+                await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ?", owner, sha256)
+                mismatch = HashMismatch(sha256, digest.hexdigest())
+            else:
+                await self._lock(tx, f"blob {sha256}")
+                now = format_time(self._clock())
+                if await tx.fetchone("SELECT 1 FROM blobs WHERE sha256 = ?", sha256) is not None:
+                    # (another owner completed it: the same bytes; its time renewed, as the files' is)
+                    await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ?", owner, sha256)
+                    await tx.execute("UPDATE blobs SET created_at = ? WHERE sha256 = ?", now, sha256)
+                else:
+                    await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start = ?", owner, sha256, BEGUN)
+                    await tx.execute("UPDATE blob_chunks SET owner = ? WHERE owner = ? AND sha256 = ?", COMPLETE, owner, sha256)
+                    await tx.execute("INSERT INTO blobs (sha256, size, created_at) VALUES (?, ?, ?)", sha256, size, now)
+        if mismatch is not None:  # (raised after the commit: the upload is gone for good)
+            raise mismatch
+        return size
+
+    async def discard(self, owner: str, sha256: str) -> None:
+        _check(owner, sha256)
+        async with self._db.transaction(write=True) as tx:
+            await self._lock(tx, f"upload {owner} {sha256}")
+            await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ?", owner, sha256)
+
+    async def size(self, sha256: str) -> int | None:
+        _check(None, sha256)
+        row = await self._db.read_one("SELECT size FROM blobs WHERE sha256 = ?", sha256)
+        return None if row is None else integer(row[0])
+
+    async def read(self, sha256: str, start: int = 0) -> AsyncGenerator[bytes, None]:
+        if await self.size(sha256) is None:
+            raise BlobMissing(sha256)
+        async with self._db.transaction() as tx:
+            pieces = await tx.fetchall(
+                "SELECT start, size FROM blob_chunks WHERE owner = ? AND sha256 = ? ORDER BY start", COMPLETE, sha256
+            )
+        for piece_start, piece_size in ((integer(r[0]), integer(r[1])) for r in pieces):
+            if piece_start + piece_size <= start:
+                continue
+            row = await self._db.read_one(
+                "SELECT data FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start = ?", COMPLETE, sha256, piece_start
+            )
+            if row is None or not isinstance(row[0], bytes):
+                raise BlobMissing(sha256)  # (deleted while it was read)
+            yield row[0][max(0, start - piece_start) :]
+
+    async def delete(self, sha256: str, created_before: datetime | None = None) -> bool:
+        _check(None, sha256)
+        async with self._db.transaction(write=True) as tx:
+            await self._lock(tx, f"blob {sha256}")
+            row = await tx.fetchone("SELECT created_at FROM blobs WHERE sha256 = ?", sha256)
+            if row is None or (created_before is not None and text(row[0]) >= format_time(created_before)):
+                return False
+            await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ?", COMPLETE, sha256)
+            await tx.execute("DELETE FROM blobs WHERE sha256 = ?", sha256)
+        return True
+
+    async def blobs(self) -> list[StoredBlob]:
+        async with self._db.transaction() as tx:
+            rows = await tx.fetchall("SELECT sha256, size, created_at FROM blobs ORDER BY sha256")
+        return [StoredBlob(text(r[0]), integer(r[1]), datetime.fromisoformat(text(r[2]))) for r in rows]
+
+
+def open_blob_store(db: Database, blob_dir: str, database_url: str, clock: Callable[[], datetime]) -> BlobStore:
+    """The store for this server: files under ``blob_dir`` (default: ``blobs`` beside the SQLite
+    database) with SQLite, the database itself with PostgreSQL."""
+    if db.dialect == "postgres":
+        return SqlBlobStore(db, clock)
+    if blob_dir:
+        return FileBlobStore(Path(blob_dir), clock)
+    path = database_url.removeprefix("sqlite:///")
+    if path == ":memory:":  # (nothing else would be in memory too: the blobs keep to the database)
+        return SqlBlobStore(db, clock)
+    return FileBlobStore(Path(path).resolve().parent / "blobs", clock)
+
+
+# --- what a blob is --------------------------------------------------------------------------
+
+SNIFF_BYTES = 4096
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+TEXT_TYPE = "text/plain; charset=utf-8"
+PDF_TYPE = "application/pdf"
+OTHER_TYPE = "application/octet-stream"
+
+
+def sniff(first: bytes) -> str:
+    """The Content-Type the server gives a blob whose first bytes (up to ``SNIFF_BYTES``) are
+    ``first``, whatever its name or its sender said: one of the images a browser shows safely
+    (PNG, JPEG, GIF, WebP, by their magic numbers), a PDF, plain text for anything that is UTF-8
+    text without control characters (HTML and SVG too: never served as what would run script),
+    and bytes (``application/octet-stream``) otherwise."""
+    if first.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if first.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if first.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if first[:4] == b"RIFF" and first[8:12] == b"WEBP":
+        return "image/webp"
+    if first.startswith(b"%PDF-"):
+        return PDF_TYPE
+    return TEXT_TYPE if _is_text(first) else OTHER_TYPE
+
+
+def _is_text(first: bytes) -> bool:
+    sample = first[:SNIFF_BYTES]
+    try:
+        decoded = sample.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(sample) - 3:  # (not merely a character cut off at the sample's end)
+            return False
+        decoded = sample[: e.start].decode("utf-8")
+    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in decoded)

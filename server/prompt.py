@@ -1,0 +1,116 @@
+"""What a server-side run sends the model: the conversation along its branch (shared/assistants.py's
+``turns_of``), with each user message's attachments made into what the model reads, here and
+now, from the blobs the account holds (nothing of it is stored: the next turn builds it again).
+
+* An image (PNG, JPEG, GIF, WebP, by the server's sniffing) goes to an assistant with
+  ``vision`` as an OpenAI content part ``{"type": "image_url", "image_url": {"url":
+  "data:<type>;base64,..."}}``; to one without, a note in the text says it was left out.
+* A text file (any UTF-8 text: plain text, Markdown, CSV, JSON, source code) goes as text with
+  its name, and a PDF as the text pypdf reads from it, up to ``MAX_FILE_CHARS`` each and
+  ``MAX_TEXT_CHARS`` for the whole request (what is cut says so).
+* Anything else, and an attachment that has not reached the server, is left out with a note
+  that names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pypdf
+
+from server.blobs import IMAGE_TYPES, PDF_TYPE, SNIFF_BYTES, TEXT_TYPE, sniff
+from shared.assistants import Turn, turns_of
+from shared.models import Attachment, Message
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_CHARS = 100_000  # of one file's text
+MAX_TEXT_CHARS = 400_000  # of all the files' text in one request
+
+# The bytes of a blob the account holds, or None when it is not on the server.
+BlobReader = Callable[[str], Awaitable[bytes | None]]
+
+
+def awaited_attachments(history: list[Message]) -> set[str]:
+    """The digests a run must have before it asks the model: those of the user messages after
+    the last reply (the question, and whatever was sent with it). An older turn's file that never
+    reached the server does not hold up every answer after it: it is left out, with a note."""
+    wanted: set[str] = set()
+    for message in reversed(history):
+        if message.role == "assistant":
+            break
+        if message.role == "user":
+            wanted |= {a.sha256 for a in message.attachments}
+    return wanted
+
+
+async def prompt_turns(history: list[Message], vision: bool, read: BlobReader) -> list[Turn]:
+    """The turns of ``history`` with their attachments in them (see the module docstring)."""
+    budget = [MAX_TEXT_CHARS]
+    turns = []
+    for turn in turns_of(history):
+        turns.append(await _with_attachments(turn, vision, read, budget) if turn.attachments else turn)
+    return turns
+
+
+async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, budget: list[int]) -> Turn:
+    text = turn.content
+    images: list[dict[str, Any]] = []
+    for attachment in turn.attachments:
+        data = await read(attachment.sha256)
+        if data is None:
+            text += _note(attachment, "is not on the server (it was not uploaded from the device that sent it)")
+            continue
+        kind = sniff(data[:SNIFF_BYTES])
+        if kind in IMAGE_TYPES:
+            if vision:
+                url = f"data:{kind};base64,{base64.b64encode(data).decode()}"
+                images.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                text += _note(attachment, f"({kind}) was left out: this assistant does not read images")
+            continue
+        if kind == TEXT_TYPE:
+            content = data.decode("utf-8", errors="replace")
+        elif kind == PDF_TYPE:
+            read_text = await asyncio.to_thread(pdf_text, data)
+            if read_text is None:
+                text += _note(attachment, "(a PDF) was left out: no text could be read from it")
+                continue
+            content = read_text
+        else:
+            text += _note(attachment, f"({attachment.mime or kind}) was left out: not a kind of file this assistant reads")
+            continue
+        text += _file(attachment, content, budget)
+    if not images:
+        return Turn(turn.role, text, attachments=turn.attachments)
+    parts: tuple[dict[str, Any], ...] = ({"type": "text", "text": text}, *images)
+    return Turn(turn.role, text, attachments=turn.attachments, parts=parts)
+
+
+def _note(attachment: Attachment, what: str) -> str:
+    return f'\n\n[The attached file "{attachment.name}" {what}.]'
+
+
+def _file(attachment: Attachment, content: str, budget: list[int]) -> str:
+    room = min(MAX_FILE_CHARS, budget[0])
+    cut = len(content) > room
+    content = content[:room]
+    budget[0] -= len(content)
+    end = f"\n[... the rest of the file, {len(content):,} characters on, is left out]" if cut else ""
+    return f'\n\nThe attached file "{attachment.name}":\n```\n{content}\n```{end}'
+
+
+def pdf_text(data: bytes) -> str | None:
+    """The text of a PDF's pages, or None when there is none or the file cannot be read."""
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages).strip()
+    except Exception as e:  # (a broken or encrypted PDF: pypdf raises many kinds)
+        log.info("a PDF's text could not be read: %s", e)
+        return None
+    return text or None

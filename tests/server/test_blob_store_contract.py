@@ -1,0 +1,288 @@
+"""The BlobStore contract (server/blobs.py), one suite for every store: the file system (the
+default beside SQLite), the database on PostgreSQL, and the same SQL store on SQLite.
+
+"Another process" is a second store over the same files or database (its own connections):
+what one wrote, the other reads; their appends to one upload never interleave."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from server.blobs import (
+    ROW_BYTES,
+    BlobMissing,
+    BlobStore,
+    FileBlobStore,
+    HashMismatch,
+    OffsetMismatch,
+    SqlBlobStore,
+    first_bytes,
+)
+from server.databases import open_database
+from server.event_store import SqlEventStore
+from tests.conftest import drop_schema, postgres_schema
+from tests.server.stores import Clock
+
+OWNER, OTHER = "0190e6a2-0000-7000-8000-00000000a001", "0190e6a2-0000-7000-8000-00000000a002"
+DATA = bytes(range(256)) * 3 + b"the end"
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+Opener = Callable[[], Awaitable[BlobStore]]
+
+
+@pytest.fixture(params=["file", "postgres", "sql-on-sqlite"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Opener, Clock]]:
+    """Opens stores over one backing (each call: as another process would)."""
+    clock = Clock()
+    closers: list[Callable[[], Awaitable[None]]] = []
+    schema = None
+    if request.param == "postgres":
+        schema, url = await postgres_schema()
+    else:
+        url = f"sqlite:///{tmp_path / 'chat.db'}"
+
+    async def opener() -> BlobStore:
+        store: BlobStore
+        if request.param == "file":
+            store = FileBlobStore(tmp_path / "data", clock)
+        else:
+            events = SqlEventStore(open_database(url), clock)  # (its migrations make the tables)
+            await events.open()
+            closers.append(events.close)
+            store = SqlBlobStore(events.db, clock)
+        await store.open()
+        closers.append(store.close)
+        return store
+
+    try:
+        yield opener, clock
+    finally:
+        for close in reversed(closers):
+            await close()
+        if schema is not None:
+            await drop_schema(schema)
+
+
+async def read_all(store: BlobStore, sha256: str, start: int = 0) -> bytes:
+    return b"".join([piece async for piece in store.read(sha256, start)])
+
+
+async def test_an_upload_resumes_at_every_offset(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    first = await opener()
+    sha = digest(DATA)
+    owners = [f"owner-{k}" for k in range(len(DATA) + 1)]
+    for k, owner in enumerate(owners):
+        assert await first.received(owner, sha) is None
+        assert await first.append(owner, sha, 0, DATA[:k]) == k
+    later = await opener()  # the process restarted: the offsets are what was appended
+    for k, owner in enumerate(owners):
+        assert await later.received(owner, sha) == k
+        assert await later.size(sha) is None or k > 0  # (nothing readable before a complete)
+        assert await later.append(owner, sha, k, DATA[k:]) == len(DATA)
+        assert await later.complete(owner, sha) == len(DATA)
+        assert await later.received(owner, sha) is None  # the upload is the blob now
+    assert await read_all(later, sha) == DATA
+    assert await read_all(first, sha) == DATA  # (the other "process" sees it too)
+    assert [(b.sha256, b.size) for b in await later.blobs()] == [(sha, len(DATA))]  # stored once
+
+
+async def test_nothing_of_an_upload_is_readable_before_it_is_complete(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    assert await store.begin(OWNER, sha) == 0
+    assert await store.begin(OWNER, sha) == 0  # (again: nothing changes)
+    assert await store.received(OWNER, sha) == 0
+    await store.append(OWNER, sha, 0, DATA[:-1])
+    assert await store.size(sha) is None and await store.blobs() == []
+    with pytest.raises(BlobMissing):
+        await read_all(store, sha)
+    assert await store.received(OTHER, sha) is None  # another owner has no upload of it
+    await store.append(OWNER, sha, len(DATA) - 1, DATA[-1:])
+    assert await store.size(sha) is None
+    await store.complete(OWNER, sha)
+    assert await store.size(sha) == len(DATA)
+
+
+async def test_an_append_at_another_offset_is_refused_with_the_store_s(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    await store.append(OWNER, sha, 0, DATA[:10])
+    for wrong in (0, 5, 11, 1000):
+        with pytest.raises(OffsetMismatch) as refused:
+            await store.append(OWNER, sha, wrong, DATA[wrong : wrong + 10])
+        assert refused.value.offset == 10
+    assert await store.received(OWNER, sha) == 10
+    with pytest.raises(OffsetMismatch) as refused:
+        await store.append(OTHER, sha, 10, DATA[10:])  # (another owner's upload starts at 0)
+    assert refused.value.offset == 0
+
+
+async def test_a_wrong_hash_discards_the_upload(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    await store.append(OWNER, sha, 0, DATA[:-1] + b"?")
+    with pytest.raises(HashMismatch) as refused:
+        await store.complete(OWNER, sha)
+    assert refused.value.expected == sha and refused.value.actual == digest(DATA[:-1] + b"?")
+    assert await store.received(OWNER, sha) is None  # gone: it starts again from 0
+    assert await store.size(sha) is None and await store.blobs() == []
+    with pytest.raises(BlobMissing):
+        await store.complete(OWNER, sha)
+    await store.append(OWNER, sha, 0, DATA)
+    assert await store.complete(OWNER, sha) == len(DATA)
+    assert await read_all(store, sha) == DATA
+
+
+async def test_concurrent_appends_at_one_offset_store_one(stores: tuple[Opener, Clock]) -> None:
+    """Two devices of an account send the same chunk at once, through two processes: one append
+    is stored, the others are told the new offset."""
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    sha = digest(DATA)
+    results = await asyncio.gather(
+        *(store.append(OWNER, sha, 0, DATA[:100]) for store in (one, two) * 4), return_exceptions=True
+    )
+    assert results.count(100) == 1, results
+    assert all(isinstance(r, OffsetMismatch) and r.offset == 100 for r in results if r != 100)
+    assert await one.received(OWNER, sha) == await two.received(OWNER, sha) == 100
+
+
+async def upload(store: BlobStore, owner: str, data: bytes, stop: Callable[[], Awaitable[bool]]) -> None:
+    """Send ``data`` in chunks of 1,000 bytes from the store's offset until ``stop`` says it is
+    there, going on from the store's offset whenever an append is refused."""
+    sha = digest(data)
+    while not await stop():
+        offset = await store.received(owner, sha) or 0
+        if offset == len(data):
+            try:
+                await store.complete(owner, sha)
+            except BlobMissing:  # (a racing device completed it)
+                pass
+            continue
+        try:
+            await store.append(owner, sha, offset, data[offset : offset + 1000])
+        except OffsetMismatch:
+            pass
+        await asyncio.sleep(0)
+
+
+async def test_concurrent_uploads_of_one_blob_by_two_accounts_store_it_once(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    data = bytes(range(251)) * 40  # (10 KB)
+    sha = digest(data)
+    finished: set[str] = set()
+
+    async def uploaded(owner: str) -> bool:  # (what the account's layer knows: server/attachments.py)
+        return owner in finished
+
+    async def account(store: BlobStore, owner: str) -> None:
+        while await store.received(owner, sha) != len(data):
+            offset = await store.received(owner, sha) or 0
+            await store.append(owner, sha, offset, data[offset : offset + 1000])
+            await asyncio.sleep(0)
+        await store.complete(owner, sha)
+        finished.add(owner)
+
+    await asyncio.gather(account(one, OWNER), account(two, OTHER))
+    assert await read_all(one, sha) == data and await read_all(two, sha) == data
+    assert [(b.sha256, b.size) for b in await one.blobs()] == [(sha, len(data))]
+    assert await one.received(OWNER, sha) is None and await two.received(OTHER, sha) is None
+    assert await uploaded(OWNER) and await uploaded(OTHER)
+
+
+async def test_two_devices_racing_one_upload_through_two_processes_store_the_right_bytes(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    data = bytes(range(253)) * 40
+    sha = digest(data)
+
+    async def there() -> bool:
+        return await one.size(sha) is not None
+
+    await asyncio.gather(upload(one, OWNER, data, there), upload(two, OWNER, data, there), upload(one, OWNER, data, there))
+    assert await read_all(one, sha) == data and await read_all(two, sha) == data
+    assert [(b.sha256, b.size) for b in await two.blobs()] == [(sha, len(data))]
+
+
+async def test_large_chunks_and_reads_from_an_offset(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    data = bytes(range(256)) * (ROW_BYTES * 5 // 2 // 256 + 3)  # two and a half rows of the SQL store
+    sha = digest(data)
+    await store.append(OWNER, sha, 0, data[:ROW_BYTES + 7])
+    await store.append(OWNER, sha, ROW_BYTES + 7, data[ROW_BYTES + 7 :])
+    assert await store.complete(OWNER, sha) == len(data)
+    assert await read_all(store, sha) == data
+    for start in (1, ROW_BYTES, ROW_BYTES + 8, len(data) - 1, len(data)):
+        assert await read_all(store, sha, start) == data[start:], start
+    assert await first_bytes(store, sha, 12) == data[:12]
+
+
+async def test_an_empty_file_is_a_blob(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(b"")
+    assert await store.begin(OWNER, sha) == 0
+    assert await store.complete(OWNER, sha) == 0
+    assert await store.size(sha) == 0 and await read_all(store, sha) == b""
+
+
+async def test_delete_passes_over_a_blob_completed_since(stores: tuple[Opener, Clock]) -> None:
+    opener, clock = stores
+    store = await opener()
+    old, new = DATA, DATA + b"!"
+    for data in (old, new):
+        await store.append(OWNER, digest(data), 0, data)
+        await store.complete(OWNER, digest(data))
+        clock.now += timedelta(hours=1)
+    cutoff = clock.now - timedelta(minutes=90)  # after the old one, before the new one
+    made = {b.sha256: b.created_at for b in await store.blobs()}
+    assert made[digest(old)] < cutoff <= made[digest(new)]  # (the store's clock: when completed)
+    assert await store.delete(digest(new), created_before=cutoff) is False
+    assert await store.size(digest(new)) == len(new)
+    # Completed again (another account uploaded the same file): new again.
+    await store.append(OTHER, digest(old), 0, old)
+    await store.complete(OTHER, digest(old))
+    assert await store.delete(digest(old), created_before=cutoff) is False
+    clock.now += timedelta(hours=2)
+    assert await store.delete(digest(old), created_before=clock.now) is True
+    assert await store.size(digest(old)) is None and await store.delete(digest(old)) is False
+    with pytest.raises(BlobMissing):
+        await read_all(store, digest(old))
+    assert [b.sha256 for b in await store.blobs()] == [digest(new)]
+
+
+async def test_a_discarded_upload_starts_again(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    await store.append(OWNER, sha, 0, DATA[:50])
+    await store.discard(OWNER, sha)
+    assert await store.received(OWNER, sha) is None
+    await store.discard(OWNER, sha)  # (twice: nothing)
+    assert await store.append(OWNER, sha, 0, DATA) == len(DATA)
+
+
+async def test_names_that_are_not_digests_are_refused(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    for bad in ("../etc/passwd", "AB" * 32, "ab" * 31):
+        with pytest.raises(ValueError):
+            await store.received(OWNER, bad)
+    with pytest.raises(ValueError):
+        await store.append("../x", digest(DATA), 0, DATA)
