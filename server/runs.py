@@ -133,6 +133,7 @@ class RunWorker:
         self._new_id = Uuid7Generator(lambda: int(clock().timestamp() * 1000), os.urandom)
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        self._running_ids: dict[asyncio.Task[None], str] = {}  # each task's run
 
     @property
     def running(self) -> int:
@@ -162,6 +163,12 @@ class RunWorker:
     async def step(self) -> None:
         """End the runs whose process died; start what may start."""
         for dead in await self.run_store.take_over(self._owner, self._clock(), self._lease_until()):
+            if dead.id in self._running_ids.values():
+                # This process's own run, still streaming here: its lease ran out only because
+                # the event loop was held up past it (a busy machine). Taken over by its owner,
+                # the lease is renewed: the run goes on (ending it would fail a live answer).
+                log.warning("the lease of run %s ran out while this process still ran it: it goes on", dead.id)
+                continue
             await self._end_dead_run(dead)
         while len(self._running) < MAX_RUNS_PER_PROCESS:
             run = await self.run_store.claim(self._owner, self._lease_until())
@@ -169,12 +176,14 @@ class RunWorker:
                 return
             task = asyncio.ensure_future(self._execute(run))
             self._running.add(task)
+            self._running_ids[task] = run.id
             task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """(A run that failed here for another reason than its upstream keeps its lease until it
         runs out; then any process ends it as interrupted.)"""
         self._running.discard(task)
+        self._running_ids.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("assistant run failed", exc_info=task.exception())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,11 @@ from quart.typing import TestClientProtocol as Client
 from quart.typing import TestWebsocketConnectionProtocol as Websocket
 
 from server.app import create_app
+from server.assistants import Assistant, AssistantConfig
 from server.config import Settings
 from server.run_store import SqlRunStore
 from server.runs import INTERRUPTED, RunWorker
+from shared.assistants import Piece, Turn
 from shared.models import DeltaFrame, DomainEvent, EventType, format_time
 from tests.fake_upstream import FakeUpstream, full_answer
 from tests.server.conftest import bearer, signup
@@ -405,5 +407,58 @@ async def test_a_dead_processs_run_is_ended_even_when_the_process_that_took_it_o
         assert (record.status, record.error, record.upstream_calls) == ("failed_upstream", INTERRUPTED, 1)
         await worker.step()  # ended once
         assert len([e for e in (await store.read_updates(account, 0, 100)).events if e.type == EventType.MESSAGE_EDITED]) == 2
+    finally:
+        await cleanup()
+
+
+class _HeldModel:
+    """A model that sends its first words, then waits for ``go`` before the rest."""
+
+    def __init__(self) -> None:
+        self.started, self.go = asyncio.Event(), asyncio.Event()
+
+    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+        yield Piece("Half an ")
+        self.started.set()
+        await self.go.wait()
+        yield Piece("answer.")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_run_whose_lease_ran_out_while_its_process_still_streams_it_goes_on(backend: str, tmp_path: Path) -> None:
+    """A busy machine holds the event loop up past a run's lease, so that the worker's next step
+    finds the lease run out: the run is this process's own, still streaming here, and it goes on
+    to its end rather than being ended as a dead process's (as on a loaded 2-core machine, with a
+    lease of 0.6 s). (The worker's steps driven by hand on a settable clock.)"""
+    clock = Clock()
+    store, cleanup = await open_store(backend, tmp_path, clock)
+    try:
+        runs, lease = SqlRunStore(store.db), timedelta(seconds=30)
+        account, chat, question, reply_id, run_id = new_id(), new_id(), new_id(), new_id(), new_id()
+        request = {"runId": run_id, "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "held"}
+        asked = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+        await store.append(account, "dev", [DomainEvent.model_validate(e) for e in asked])
+        model = _HeldModel()
+        assistant = Assistant(AssistantConfig(id="held", name="Held", provider="demo"), model)
+
+        async def publish(account_id: str, frame: DeltaFrame) -> None:
+            pass
+
+        worker = RunWorker(store, runs, {"held": assistant}, publish, clock, lease_seconds=lease.total_seconds(), checkpoint_seconds=0.0)
+        await worker.step()  # claims the run, which starts streaming
+        await asyncio.wait_for(model.started.wait(), 10)
+        clock.now += 2 * lease  # the event loop held up past the lease: not renewed in time
+        await worker.step()
+        [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
+        assert reply.status == "streaming"  # not ended as a dead process's run
+        model.go.set()
+        for _ in range(400):
+            [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
+            if reply.status != "streaming":
+                break
+            await asyncio.sleep(0.025)
+        assert (reply.status, reply.content) == ("completed", "Half an answer.")
+        [record] = await runs.chat_runs(account, chat)
+        assert (record.status, record.error, record.upstream_calls) == ("completed", None, 1)
     finally:
         await cleanup()
