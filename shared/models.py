@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import CoreSchema, core_schema
 
@@ -134,7 +134,9 @@ class Message(Wire):
     content: Text
     # Left out of the JSON when there are none: a message without attachments is the same JSON
     # as before they existed, so an older client reads it (and an older event still parses).
-    attachments: tuple[Attachment, ...] = Field(default=(), max_length=MAX_ATTACHMENTS, exclude_if=_absent)
+    attachments: tuple[Attachment, ...] = Field(
+        default=(), max_length=MAX_ATTACHMENTS, exclude_if=_absent, validation_alias=AliasChoices("attachments", "attachments_json")
+    )
     parent_id: Id | None = None
     status: Status = "completed"
     assistant_id: Text | None = None
@@ -144,16 +146,15 @@ class Message(Wire):
     last_seq: int | None = None  # filled by the server
 
     # A row of the ``messages`` table (shared/schema.py) holds the attachments as one column of
-    # JSON text, ``attachments_json`` (NULL: none): a row read back validates as a Message.
-    @model_validator(mode="before")
+    # JSON text, ``attachments_json`` (NULL: none): a row read back validates as a Message. (A
+    # validator of this field alone, not of the model: the model's would make pydantic-core turn
+    # every message of a state page into a dict before validating it, at twice the parse's time.)
+    @field_validator("attachments", mode="before")
     @classmethod
-    def _from_row(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "attachments_json" in data:
-            data = dict(data)
-            raw = data.pop("attachments_json")
-            if raw:
-                data["attachments"] = json.loads(raw)
-        return data
+    def _from_row(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        return json.loads(value) if isinstance(value, str) else value
 
     @property
     def attachments_json(self) -> str | None:
