@@ -9,6 +9,12 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import settings
+
+# No Hypothesis deadline: it is a timed assertion (one slow example fails the test), and these
+# tests also run on a loaded machine. Performance is for tests/bench.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # The PostgreSQL the tests use (a server runs at 127.0.0.1:5432 on these machines; CI too).
 # A missing server fails the tests that need it, loudly: it is never a skip.
