@@ -372,6 +372,16 @@ async def test_a_run_stopped_before_it_started_logs_its_reply_whole(database_url
         assert whole and whole[-1]["payload"]["status"] == "cancelled"
 
 
+async def _asked_in(store: Any, assistant: str) -> tuple[str, str, str]:
+    """A chat with a question and a run of ``assistant`` asked for its answer, appended straight
+    to ``store`` for a new account: (account, chat, the reply's id)."""
+    account, chat, question, reply_id = new_id(), new_id(), new_id(), new_id()
+    request = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": assistant}
+    asked = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
+    await store.append(account, "dev", [DomainEvent.model_validate(e) for e in asked])
+    return account, chat, reply_id
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_dead_processs_run_is_ended_even_when_the_process_that_took_it_over_died_too(backend: str, tmp_path: Path) -> None:
     """The process streaming a reply dies; another takes the run over to end it, and dies before
@@ -381,10 +391,7 @@ async def test_a_dead_processs_run_is_ended_even_when_the_process_that_took_it_o
     store, cleanup = await open_store(backend, tmp_path, clock)
     try:
         runs, lease = SqlRunStore(store.db), timedelta(seconds=30)
-        account, chat, question, reply_id, run_id = new_id(), new_id(), new_id(), new_id(), new_id()
-        request = {"runId": run_id, "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "fake"}
-        asked = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
-        await store.append(account, "dev", [DomainEvent.model_validate(e) for e in asked])
+        account, chat, reply_id = await _asked_in(store, "fake")
         run = await runs.claim("streamer", clock.now + lease)
         assert run is not None
         [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
@@ -434,10 +441,7 @@ async def test_a_run_whose_lease_ran_out_while_its_process_still_streams_it_goes
     store, cleanup = await open_store(backend, tmp_path, clock)
     try:
         runs, lease = SqlRunStore(store.db), timedelta(seconds=30)
-        account, chat, question, reply_id, run_id = new_id(), new_id(), new_id(), new_id(), new_id()
-        request = {"runId": run_id, "chatId": chat, "parentId": question, "messageId": reply_id, "assistantId": "held"}
-        asked = [chat_created(chat), message("MessageAppended", question, chat, "go"), event("AssistantRunRequested", request)]
-        await store.append(account, "dev", [DomainEvent.model_validate(e) for e in asked])
+        account, chat, reply_id = await _asked_in(store, "held")
         model = _HeldModel()
         assistant = Assistant(AssistantConfig(id="held", name="Held", provider="demo"), model)
 
