@@ -132,8 +132,7 @@ class RunWorker:
         self._owner = uuid.uuid4().hex  # this process, as a lease holder
         self._new_id = Uuid7Generator(lambda: int(clock().timestamp() * 1000), os.urandom)
         self._wake = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
-        self._running_ids: dict[asyncio.Task[None], str] = {}  # each task's run
+        self._running: dict[asyncio.Task[None], str] = {}  # the runs this process streams: each task's run id
 
     @property
     def running(self) -> int:
@@ -163,7 +162,7 @@ class RunWorker:
     async def step(self) -> None:
         """End the runs whose process died; start what may start."""
         for dead in await self.run_store.take_over(self._owner, self._clock(), self._lease_until()):
-            if dead.id in self._running_ids.values():
+            if dead.id in self._running.values():
                 # This process's own run, still streaming here: its lease ran out only because
                 # the event loop was held up past it (a busy machine). Taken over by its owner,
                 # the lease is renewed: the run goes on (ending it would fail a live answer).
@@ -175,15 +174,13 @@ class RunWorker:
             if run is None:
                 return
             task = asyncio.ensure_future(self._execute(run))
-            self._running.add(task)
-            self._running_ids[task] = run.id
+            self._running[task] = run.id
             task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """(A run that failed here for another reason than its upstream keeps its lease until it
         runs out; then any process ends it as interrupted.)"""
-        self._running.discard(task)
-        self._running_ids.pop(task, None)
+        self._running.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("assistant run failed", exc_info=task.exception())
 
