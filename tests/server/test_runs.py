@@ -456,11 +456,11 @@ async def test_a_run_whose_lease_ran_out_while_its_process_still_streams_it_goes
         [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
         assert reply.status == "streaming"  # not ended as a dead process's run
         model.go.set()
-        for _ in range(400):
-            [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
-            if reply.status != "streaming":
+        for _ in range(400):  # until the run has ended: its reply, then its record, written
+            if worker.running == 0:
                 break
             await asyncio.sleep(0.025)
+        [reply] = [m for m in await runs.chat_messages(account, chat) if m.id == reply_id]
         assert (reply.status, reply.content) == ("completed", "Half an answer.")
         [record] = await runs.chat_runs(account, chat)
         assert (record.status, record.error, record.upstream_calls) == ("completed", None, 1)
