@@ -72,10 +72,6 @@ class Snapshots(Database):
                 # added, and nothing needs to be noted for the end.
                 fresh = before is None and self.last_seq() == 0 and not _has_confirmed(conn)
                 conn.execute("DELETE FROM snapshot_ids")
-                if fresh:
-                    _defer_indexes(conn)
-                else:
-                    _restore_indexes(conn)  # (a fresh snapshot started over)
                 progress = SnapshotProgress(page.up_to_seq, page.next_page, 0, page.total, fresh)
             else:
                 assert before is not None and before.up_to_seq == page.up_to_seq
@@ -90,7 +86,6 @@ class Snapshots(Database):
                 conn.execute("DELETE FROM meta WHERE key = 'snapshot'")
                 if not progress.fresh:
                     _drop_unlisted(conn)
-                _restore_indexes(conn)
                 self._set_meta(conn, "last_seq", str(page.up_to_seq))
                 self._set_meta(conn, "synced_at", self._now())
                 dropped = drop_logged(conn, self.last_seq())
@@ -141,36 +136,6 @@ def _store(conn: sqlite3.Connection, snapshot: Snapshot, fresh: bool) -> None:
             conn.executemany(f"INSERT OR REPLACE INTO {overlay.CONFIRMED.name(table)} ({', '.join(cols)}) VALUES ({marks})", aside)
         if values:
             _show_rows(conn, table, values, fresh)
-
-
-# Indexes of the messages table a new device's snapshot goes in faster without: each is built
-# once, sorted, at the end (measured under CPython, 50,000 messages in 10 pages: 0.50-0.58 s of
-# inserts with them, 0.35 s without and 0.04 s to build them after). Their SQL is kept in ``meta``
-# meanwhile, so the migrations stay their one definition and a snapshot interrupted by a reload
-# builds them all the same when it ends or starts over.
-DEFERRED_INDEXES = ("messages_chat_id_created_at", "messages_running")
-
-
-def _defer_indexes(conn: sqlite3.Connection) -> None:
-    """Drop the deferred indexes for a new device's snapshot, keeping their SQL."""
-    marks = ", ".join("?" for _ in DEFERRED_INDEXES)
-    rows = conn.execute(f"SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN ({marks})", DEFERRED_INDEXES)
-    kept = dict(_kept_indexes(conn), **{name: sql for name, sql in rows})
-    conn.execute("INSERT OR REPLACE INTO meta VALUES ('deferred_indexes', ?)", (json.dumps(kept),))
-    for name in kept:
-        conn.execute(f"DROP INDEX IF EXISTS {name}")
-
-
-def _restore_indexes(conn: sqlite3.Connection) -> None:
-    """Build again what ``_defer_indexes`` dropped (nothing when nothing was)."""
-    for sql in _kept_indexes(conn).values():
-        conn.execute(sql)
-    conn.execute("DELETE FROM meta WHERE key = 'deferred_indexes'")
-
-
-def _kept_indexes(conn: sqlite3.Connection) -> dict[str, str]:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'deferred_indexes'").fetchone()
-    return {} if row is None else dict(json.loads(row[0]))
 
 
 def _drop_unlisted(conn: sqlite3.Connection) -> None:
