@@ -5,9 +5,11 @@ SQL in ``server/append_sql.py``). The guarantees are documented in ``server/stor
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -38,6 +40,16 @@ from shared.models import (
     format_time,
 )
 from shared.schema import CHATS, MESSAGES, Table
+
+# A page of ``/sync/state`` with a next one has that next page read at once, while the client
+# takes this one (a new device asks for the next page only once it has parsed this one: without
+# it, the server's time for a page and the client's add up, page after page). Kept this long for
+# the request that names it; at most this many at once (the oldest go first).
+READ_AHEAD_SECONDS = 30.0
+READ_AHEAD_PAGES = 16
+AHEAD_SLICE = 500  # rows validated between two turns of the event loop (~2.5 ms)
+# (account, upToSeq, chatId, limit, page token)
+AheadKey = tuple[str, int, str | None, int, str]
 
 
 # A page of ``/sync/state`` ends at a row; the token says which: its table, then its
@@ -104,6 +116,8 @@ class SqlEventStore:
         self._appender = Appender(db, clock)
         self.on_commit: Callable[[Commit], None] = lambda commit: None  # (see EventStore.append)
         self._cursor_written: dict[tuple[str, str], datetime] = {}
+        self._ahead: dict[AheadKey, tuple[float, asyncio.Future[StatePage]]] = {}  # (time.monotonic() read)
+        self._reading: set[asyncio.Future[StatePage]] = set()  # pages being read ahead, kept or let go
 
     def _now(self) -> str:
         return format_time(self._clock())
@@ -113,13 +127,15 @@ class SqlEventStore:
         await self._migrate()
 
     async def close(self) -> None:
+        self._ahead.clear()
+        # Let them end rather than cancel them (a page at most, each): none is left reading a
+        # closed database in its thread.
+        await asyncio.gather(*self._reading, return_exceptions=True)
         await self.db.close()
 
     async def _migrate(self) -> None:
         async with self.db.transaction(write=True) as tx:
-            await tx.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
+            await tx.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
         for migration in MIGRATIONS:
             async with self.db.transaction(write=True) as tx:
                 if self.db.dialect == "postgres":  # one migrating process at a time
@@ -134,14 +150,10 @@ class SqlEventStore:
     # --- the log -------------------------------------------------------------------------------
 
     async def _head(self, tx: Tx, account_id: str) -> tuple[int, int]:
-        row = await tx.fetchone(
-            "SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?", account_id
-        )
+        row = await tx.fetchone("SELECT head_seq, min_available_seq FROM logs WHERE account_id = ?", account_id)
         return (0, 1) if row is None else (integer(row[0]), integer(row[1]))
 
-    async def append(
-        self, account_id: str, origin: str, events: list[DomainEvent | Rejected]
-    ) -> tuple[list[EventResult], int]:
+    async def append(self, account_id: str, origin: str, events: list[DomainEvent | Rejected]) -> tuple[list[EventResult], int]:
         results, current = await self._appender.append(account_id, origin, events)
         accepted = [e for e, r in zip(events, results, strict=True) if r.status == "accepted" and isinstance(e, DomainEvent)]
         if accepted:
@@ -170,12 +182,66 @@ class SqlEventStore:
         limit: int,
         page: str | None,
     ) -> StatePage:
+        result = None
+        if page is not None and up_to_seq is not None:
+            result = await self._read_ahead_page((account_id, up_to_seq, chat_id, limit, page))
+        if result is None:
+            result = await self._read_state(account_id, up_to_seq, chat_id, limit, page)
+        if result.next_page is not None:
+            self._read_ahead((account_id, result.up_to_seq, chat_id, limit, result.next_page))
+        return result
+
+    def _read_ahead(self, key: AheadKey) -> None:
+        """Start reading the page ``key`` names, for the request that will ask for it."""
+        now = time.monotonic()
+        # Pages no one asked for are let go (one still being read ends first: never cancelled
+        # in its thread).
+        for old in [k for k, (at, _) in self._ahead.items() if now - at > READ_AHEAD_SECONDS]:
+            del self._ahead[old]
+        while len(self._ahead) >= READ_AHEAD_PAGES:
+            del self._ahead[next(iter(self._ahead))]
+        account_id, up_to_seq, chat_id, limit, page = key
+        task = asyncio.ensure_future(self._read_state(account_id, up_to_seq, chat_id, limit, page, ahead=True))
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # (its error, if any, is the request's)
+        self._ahead[key] = (now, task)
+
+    async def _read_ahead_page(self, key: AheadKey) -> StatePage | None:
+        """The page read ahead for ``key``, if there is one and the log still goes back to its
+        ``upToSeq``; None when it must be read now. (Its rows were read a moment earlier, as
+        if the request had come then: a row changed since is also in the log after upToSeq,
+        which the client reads next, so the result is the same.)"""
+        ahead = self._ahead.pop(key, None)
+        if ahead is None:
+            return None
+        try:
+            result = await ahead[1]
+        except Exception:  # (read again, and answer as that read does)
+            return None
+        async with self.db.transaction() as tx:
+            _, min_available = await self._head(tx, key[0])
+        if key[1] + 1 < min_available:
+            return None  # (the read now answers CursorExpired)
+        return result
+
+    async def _read_state(
+        self,
+        account_id: str,
+        up_to_seq: int | None,
+        chat_id: str | None,
+        limit: int,
+        page: str | None,
+        ahead: bool = False,
+    ) -> StatePage:
+        """``ahead``: a page read ahead, beside the requests being answered: SQLite's statements
+        in a thread, and the rows taken a slice at a time, so that it never holds up a response."""
         table_name, after = ("chats", None) if page is None else _split(decode_page(page))
-        chats: list[Chat] = []
-        messages: list[Message] = []
+        chat_rows: list[dict[str, Value]] = []
+        message_rows: list[dict[str, Value]] = []
         next_page: str | None = None
         total: int | None = None
-        async with self.db.transaction() as tx:
+        async with self.db.transaction(slow=ahead) as tx:
             head, min_available = await self._head(tx, account_id)
             n = head if up_to_seq is None else min(up_to_seq, head)
             if n + 1 < min_available:
@@ -197,12 +263,19 @@ class SqlEventStore:
                     else:  # no room left on this page for this table: it starts the next one
                         next_page = encode_page(table.name, n + 1, "")
                 if table is CHATS:
-                    chats = [Chat.model_validate(r) for r in rows]
+                    chat_rows = rows
                 else:
-                    messages = [Message.model_validate(r) for r in rows]
+                    message_rows = rows
                 remaining -= len(rows)
                 if next_page is not None:
                     break
+        chats = [Chat.model_validate(r) for r in chat_rows]
+        messages: list[Message] = []
+        step = AHEAD_SLICE if ahead else max(len(message_rows), 1)
+        for i in range(0, len(message_rows), step):
+            if ahead:
+                await asyncio.sleep(0)
+            messages += [Message.model_validate(r) for r in message_rows[i : i + step]]
         return StatePage(Snapshot(chats=chats, messages=messages), n, head, next_page, total)
 
     @staticmethod

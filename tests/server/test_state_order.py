@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from quart import Quart
 from quart.typing import TestClientProtocol as Client
 
 from tests.server.conftest import bearer, signup
@@ -92,3 +93,42 @@ async def test_a_page_token_not_given_out_is_a_400(client: Client) -> None:
     for raw in (b'["messages", "x"]', b'["chats", -1, ""]', b'["messages", true, ""]', b'["users", 1, ""]', b"{"):
         token = base64.urlsafe_b64encode(raw).decode()
         await assert_error(await client.get(f"/sync/state?page={token}", headers=bearer(session)), 400, "bad_request")
+
+
+async def test_the_next_page_is_read_ahead_and_answers_the_request_that_names_it(app: Quart, client: Client) -> None:
+    store = app.extensions["store"]
+    session = await signup(client)
+    chat = new_id()
+    await post(client, session, [chat_created(chat)])
+    await post(client, session, [message("MessageAppended", new_id(), chat) for _ in range(7)])
+    reads: list[tuple[str | None, bool]] = []
+    real = store._read_state
+
+    async def read_state(account_id: str, up_to: int | None, chat_id: str | None, limit: int, page: str | None, ahead: bool = False) -> Any:
+        reads.append((page, ahead))
+        return await real(account_id, up_to, chat_id, limit, page, ahead)
+
+    store._read_state = read_state
+    first = await get(client, session, "/sync/state?limit=3")
+    assert reads == [(None, False), (first["nextPage"], True)]  # the next page read at once
+    second = await get(client, session, f"/sync/state?limit=3&upToSeq={first['upToSeq']}&page={first['nextPage']}")
+    assert reads[2:] == [(second["nextPage"], True)]  # answered from it, with no read of its own
+    # The same rows as a read made when asked.
+    store._ahead.clear()
+    again = await get(client, session, f"/sync/state?limit=3&upToSeq={first['upToSeq']}&page={first['nextPage']}")
+    assert again == second and reads[3] == (first["nextPage"], False)
+
+
+async def test_a_page_read_ahead_is_not_given_once_the_log_no_longer_reaches_its_upToSeq(app: Quart, client: Client) -> None:
+    store = app.extensions["store"]
+    session = await signup(client)
+    chat = new_id()
+    await post(client, session, [chat_created(chat)])
+    ids = [new_id() for _ in range(4)]
+    await post(client, session, [message("MessageAppended", m, chat) for m in ids])
+    first = await get(client, session, "/sync/state?limit=2")
+    await post(client, session, [message("MessageEdited", m, chat, "edited") for m in ids])
+    await store.compact_all(retention_seconds=0, grace_seconds=0)  # the horizon passes upToSeq
+    assert store._ahead  # (the page was read ahead before)
+    response = await client.get(f"/sync/state?limit=2&upToSeq={first['upToSeq']}&page={first['nextPage']}", headers=bearer(session))
+    await assert_error(response, 410, "cursor_expired")
