@@ -26,8 +26,8 @@ from tests.waiting import until
 from tests.webapp.devices import Device
 from tests.webapp.inprocess import InProcessTransport
 from webapp import uploads
-from webapp.transport import NetworkError
-from webapp.uploads import CHUNK_BYTES, GONE, NOT_THE_FILE, UploadEngine
+from webapp.transport import NetworkError, ServerError
+from webapp.uploads import CHUNK_BYTES, GONE, MAX_ATTEMPTS, NOT_THE_FILE, UploadEngine
 
 MiB = 1024 * 1024
 USERS = itertools.count(1)
@@ -95,7 +95,8 @@ class Source:
 class Network:
     """A device's transport with its blob requests counted: the PATCH bodies the server got, per
     file, and their offsets. ``cut`` lists what goes wrong with the next blob requests, one each:
-    "request" (it never reaches the server) or "answer" (the server gets it, the answer is lost)."""
+    "request" (it never reaches the server), "answer" (the server gets it, the answer is lost),
+    "refused" (an error answer that may pass, as a 429 does), or "ok"."""
 
     def __init__(self, inner: InProcessTransport) -> None:
         self.inner = inner
@@ -110,6 +111,8 @@ class Network:
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         self.heads += 1
         cut = self.cut.pop(0) if self.cut else None
+        if cut == "refused":
+            raise ServerError("Too many requests: try again in a minute.")
         if cut == "request":
             raise NetworkError("the request was lost")
         progress = await self.inner.blob_offset(sha256)
@@ -235,6 +238,51 @@ async def test_a_cut_off_upload_resumes_from_the_servers_offset(app: Quart, tmp_
     assert a.network.received[sha(data)] == len(data) - on_server
     assert a.store.upload_state(sha(data)).state == "done"
     assert await a.download(sha(data)) == data
+
+
+async def test_a_chunk_the_server_has_from_elsewhere_is_not_sent_again(app: Quart, tmp_path: Path) -> None:
+    """Between the HEAD and the PATCH another tab of the device sent the first chunk: the 409
+    says so, and the upload goes on from the server's offset."""
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    data = pattern(2 * MiB + 1)
+    await a.attach(data)
+    real = a.network.inner.blob_append
+
+    async def other_tab_first(digest: str, offset: int, length: int, chunk: bytes) -> int:
+        if a.network.patches == 1:
+            await real(digest, 0, length, data[:MiB])
+        return await real(digest, offset, length, chunk)
+
+    a.network.inner.blob_append = other_tab_first  # type: ignore[method-assign]
+    assert await a.engine.upload_all()
+    assert a.network.offsets == [0, MiB, 2 * MiB] and a.network.heads == 2
+    assert a.store.upload_state(sha(data)).state == "done"
+    assert await a.download(sha(data)) == data
+
+
+async def test_a_refusal_that_may_pass_is_tried_again_and_fails_only_at_the_last_attempt(app: Quart, tmp_path: Path) -> None:
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    passing, lasting = pattern(100), pattern(100, seed=1)
+    await a.attach(passing)
+    a.network.cut = ["refused"] * (MAX_ATTEMPTS - 1)
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert not await a.engine.upload_all()  # (not settled: run() backs off and tries again)
+        assert a.store.upload_state(sha(passing)).state == "waiting"
+    assert await a.engine.upload_all()
+    assert a.store.upload_state(sha(passing)).state == "done"
+
+    await a.attach(lasting)
+    a.network.cut = ["refused"] * MAX_ATTEMPTS
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert not await a.engine.upload_all()
+    assert await a.engine.upload_all()
+    state = a.store.upload_state(sha(lasting))
+    assert (state.state, state.error) == ("failed", "Too many requests: try again in a minute.")
+    assert await a.store.retry_upload(sha(lasting))
+    assert await a.engine.upload_all()
+    assert a.store.upload_state(sha(lasting)).state == "done"
 
 
 async def test_bytes_that_are_not_the_file_fail_and_a_retry_uploads_the_right_ones(app: Quart, tmp_path: Path) -> None:
