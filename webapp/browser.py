@@ -36,12 +36,16 @@ from webapp.app import AuthFailed, Client, Services
 from webapp.chunks import ChunkPersistence, Writes
 from webapp.store import LocalStore
 from webapp.transport import (
+    CHUNK_TYPE,
+    TUS_HEADERS,
     AnyFrame,
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
     ServerError,
     Unauthorized,
+    blob_error,
+    blob_progress,
     close_error,
 )
 
@@ -96,6 +100,24 @@ async def _request(method: str, path: str, body: Any = None, raw: bool = False) 
     return data
 
 
+async def _blob_request(method: str, sha256: str, headers: dict[str, str], chunk: bytes | None = None) -> tuple[int, dict[str, str]]:
+    """One tus request to ``/blobs/{sha256}``: its status and headers (names lowercase), an error
+    answer raised as the transport's exceptions (``blob_error``), 404 given back as it is. A
+    chunk goes as a Uint8Array (the page slices the file; here it is a copy of those bytes)."""
+    kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin", "headers": {**TUS_HEADERS, **headers}}
+    if chunk is not None:
+        kwargs["body"] = to_js(chunk)
+    try:
+        response = await pyfetch(f"/blobs/{sha256}", **kwargs)
+        body = await response.bytes()
+    except Exception as e:  # fetch rejects with a TypeError on any network failure
+        raise NetworkError(str(e)) from None
+    answer = {k.lower(): v for k, v in response.headers.items()}
+    if response.status >= 400 and response.status != 404:
+        raise blob_error(response.status, body, answer)
+    return response.status, answer
+
+
 class BrowserLiveSocket:
     def __init__(self, url: str) -> None:
         self._queue: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
@@ -144,6 +166,17 @@ class BrowserTransport:
     async def live(self, after_seq: int) -> BrowserLiveSocket:
         scheme = "wss" if js.location.protocol == "https:" else "ws"
         return BrowserLiveSocket(f"{scheme}://{js.location.host}/sync/live?afterSeq={after_seq}")
+
+    async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
+        status, headers = await _blob_request("HEAD", sha256, {})
+        return None if status == 404 else blob_progress(headers)
+
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+        headers = {"Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length)}
+        status, answer = await _blob_request("PATCH", sha256, headers, chunk)
+        if status == 404:
+            raise ServerError("The server has no uploads here.")
+        return blob_progress(answer)[0]
 
 
 class FetchModel:

@@ -161,6 +161,16 @@ def _migration_10(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE {table} ADD COLUMN attachments_json TEXT")
 
 
+def _migration_11(conn: sqlite3.Connection) -> None:
+    """The attachments this device is to upload, in the order they were queued (rowid), with how
+    far each is (webapp/uploads.py)."""
+    conn.execute(
+        """CREATE TABLE uploads (
+            sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, state TEXT NOT NULL DEFAULT 'waiting',
+            sent INTEGER NOT NULL DEFAULT 0, error TEXT, attempts INTEGER NOT NULL DEFAULT 0)"""
+    )
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -173,4 +183,5 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0008_confirmed_indexes", _migration_8),
     ("0009_rows_once", _migration_9),
     ("0010_attachments", _migration_10),
+    ("0011_uploads", _migration_11),
 ]

@@ -1,7 +1,8 @@
 """The local database (one SQLite file, webapp/database.py): the server's confirmed state with
 the pending overlay on top (webapp/overlay.py), the outbox (webapp/outbox.py), snapshots
-(webapp/snapshots.py), the sync cursor, and what this device keeps for itself (the account
-signed in, settings, drafts, the branch shown at each fork). ``LocalStore`` is the one object the
+(webapp/snapshots.py), the attachments to upload (webapp/uploads.py), the sync cursor, and what
+this device keeps for itself (the account signed in, settings, drafts, the branch shown at each
+fork). ``LocalStore`` is the one object the
 client and the sync engine use: it is made of those parts, and runs the migrations (frozen in
 webapp/migrations.py), applies the log's events, and holds the reads the UI draws from.
 
@@ -24,6 +25,7 @@ from webapp.database import Persistence, utc_now
 from webapp.migrations import MIGRATIONS
 from webapp.outbox import Outbox, drop_logged
 from webapp.snapshots import Snapshots
+from webapp.uploads import Uploads
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,11 @@ class Account:
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
     "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
-    "rejected_events", "branch_choices", "overlaid", "snapshot_ids",
+    "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "uploads",
 )  # fmt: skip
 
 
-class LocalStore(Outbox, Snapshots):
+class LocalStore(Outbox, Snapshots, Uploads):
     def __init__(self, path: str, persistence: Persistence, now: Callable[[], str] = utc_now) -> None:
         super().__init__(path, persistence, now)
         self._migrate()

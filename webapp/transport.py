@@ -1,8 +1,12 @@
 """The sync engine's view of the network: one small interface, implemented by the browser
-(``webapp/browser.py``: fetch + WebSocket) and by in-memory fakes in the tests."""
+(``webapp/browser.py``: fetch + WebSocket) and by in-memory fakes in the tests. The upload
+engine (webapp/uploads.py) uses its two blob calls, tus 1.0 core (docs/protocol.md,
+"Attachments"), whose answers ``blob_error`` reads the same way for every implementation."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +37,58 @@ class CursorExpiredError(Exception):
 
 class ServerError(Exception):
     """Any other error answer; it carries the server's sentence for a person."""
+
+
+class BlobOffsetMismatch(Exception):
+    """409: the server has ``offset`` bytes of the upload, not what the chunk said."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class BlobTooLarge(Exception):
+    """413: the file is over the server's limits (a file's, or an account's); the server's sentence."""
+
+
+class BlobHashMismatch(Exception):
+    """422: the bytes uploaded, whole, are not the file the SHA-256 names; the server discarded them."""
+
+
+# Every blob request carries it (tus 1.0: the server refuses HEAD and PATCH without it).
+TUS_HEADERS = {"Tus-Resumable": "1.0.0"}
+CHUNK_TYPE = "application/offset+octet-stream"
+
+
+def blob_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
+    """The exception an error answer (``status`` >= 400) of ``/blobs`` stands for; ``headers``
+    with lowercase names."""
+    try:
+        data = json.loads(body) if body else {}
+    except ValueError:
+        data = {}
+    message = str(data.get("message") or f"error {status}") if isinstance(data, dict) else f"error {status}"
+    if status == 401:
+        return Unauthorized(message)
+    if status == 409:
+        offset = headers.get("upload-offset") or (data.get("offset") if isinstance(data, dict) else None)
+        if offset is not None and str(offset).isdigit():
+            return BlobOffsetMismatch(message, int(offset))
+    if status == 413:
+        return BlobTooLarge(message)
+    if status == 422:
+        return BlobHashMismatch(message)
+    if status >= 500:
+        return NetworkError(f"server error {status}")
+    return ServerError(message)
+
+
+def blob_progress(headers: Mapping[str, str]) -> tuple[int, int]:
+    """(Upload-Offset, Upload-Length) of a HEAD or PATCH answer, ``headers`` with lowercase names."""
+    try:
+        return int(headers["upload-offset"]), int(headers["upload-length"])
+    except (KeyError, ValueError):
+        raise ServerError("The server's answer to an upload said no Upload-Offset and Upload-Length.") from None
 
 
 AnyFrame = EventFrame | CaughtUpFrame | DeltaFrame | PingFrame
@@ -72,6 +128,15 @@ class Transport(Protocol):
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse: ...
 
     async def live(self, after_seq: int) -> LiveSocket: ...
+
+    async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
+        """HEAD /blobs/{sha256}: (offset, length) of the account's upload (equal: the server has
+        the file), or None when it has neither the file nor an upload of it."""
+
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+        """PATCH /blobs/{sha256}: ``chunk`` at ``offset`` of a file of ``length`` bytes; the
+        server's new offset. Raises BlobOffsetMismatch (409), BlobTooLarge (413),
+        BlobHashMismatch (422), and the usual Unauthorized, NetworkError, ServerError."""
 
 
 def close_error(code: int, reason: str) -> Exception:

@@ -8,6 +8,7 @@ The sync engine's code path under CPython, against the real server code.
   reaches the server when released). Released in any order, held calls arrive reordered;
   released with ``lose=True``, the answer (or the request) never arrives.
 - ``duplicate_next``: the next request reaches the server twice (a retrying proxy).
+- ``blob_offset`` and ``blob_append``: HEAD and PATCH of ``/blobs`` (tus), offline as the rest.
 - ``hold_frames``: live event frames wait in ``held_frames`` until ``release_frames(order)``
   passes them on, in that order, as often as they appear in it (so reordered, duplicated or
   dropped).
@@ -34,12 +35,16 @@ from shared.models import (
     UpdatesResponse,
 )
 from webapp.transport import (
+    CHUNK_TYPE,
+    TUS_HEADERS,
     AnyFrame,
     AssistantInfo,
     CursorExpiredError,
     NetworkError,
     ServerError,
     Unauthorized,
+    blob_error,
+    blob_progress,
     close_error,
 )
 
@@ -193,6 +198,29 @@ class InProcessTransport:
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         body = {"events": [e.wire() for e in events]}
         return SubmitResponse.model_validate(await self._call("POST", "/sync/events", body))
+
+    async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
+        if self.offline:
+            raise NetworkError("offline")
+        response = await self.client.head(f"/blobs/{sha256}", headers={**self.headers, **TUS_HEADERS})
+        if response.status_code == 404:
+            return None
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        if response.status_code >= 400:
+            raise blob_error(response.status_code, await response.get_data(), headers)
+        return blob_progress(headers)
+
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+        if self.offline:
+            raise NetworkError("offline")
+        headers = {
+            **self.headers, **TUS_HEADERS, "Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length),
+        }  # fmt: skip
+        response = await self.client.patch(f"/blobs/{sha256}", data=chunk, headers=headers)
+        answer = {k.lower(): v for k, v in response.headers.items()}
+        if response.status_code >= 400:
+            raise blob_error(response.status_code, await response.get_data(), answer)
+        return blob_progress(answer)[0]
 
     async def live(self, after_seq: int) -> InProcessSocket:
         if self.offline:

@@ -25,7 +25,7 @@ from webapp.store import LocalStore
 # The tables that are the browser's own: no definition but their migrations. Every other table
 # is one of shared.schema's or of the search index.
 BROWSER_TABLES = {
-    "meta", "pending_events", "drafts", "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "schema_migrations",
+    "meta", "pending_events", "drafts", "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "schema_migrations", "uploads",
 }  # fmt: skip
 
 # The indexes on the state tables here are the browser's own (shared.schema's are the server's;
