@@ -47,6 +47,9 @@ def content_security_policy(device_model_origins: str = "") -> str:
         "default-src": ["'self'"],
         "script-src": ["'self'", "'wasm-unsafe-eval'"],
         "style-src": ["'self'"],
+        # Attachments are shown from the page's IndexedDB as object URLs (static/files.js):
+        # blob: URLs are the page's own, made of bytes it holds.
+        "img-src": ["'self'", "blob:"],
         "connect-src": ["'self'", *LOOPBACK, *extra],
         "worker-src": ["'self'"],
         "object-src": ["'none'"],

@@ -3,6 +3,7 @@
 // (static/storage.js), then our Python (webapp.browser.main), then the service worker. Everything
 // is served from this origin; nothing from a CDN.
 import { startPython, unpackBundle, warmNextStart } from "/static/python-start.js";
+import * as attachments from "/static/files.js";
 import * as pending from "/static/pending.js";
 import * as storage from "/static/storage.js";
 import * as view from "/static/view.js";
@@ -240,7 +241,8 @@ function handOver(send) {
 
 function sendFromComposer(form, box) {
   const text = box.value;
-  if (!text.trim()) return;
+  const attached = document.querySelector("#composer-files .chip:not(.refused)");
+  if (!text.trim() && !attached) return;
   const draftOf = box.dataset.chat;
   const chat = draftOf || uuid7(); // (no chat yet: the message makes one, with this id)
   const send = pending.keepSend({
@@ -284,6 +286,24 @@ async function search(text) {
   }
 }
 
+// Files picked, dropped or pasted into the composer: held here, given to Python to attach
+// (webapp/files.py) to the draft of the chat the composer is in.
+function attach(list) {
+  const box = document.getElementById("composer-text");
+  if (!list.length || !box || !box.hasAttribute("data-draft")) return;
+  dispatch("attach", { chat: box.dataset.chat, files: [...list].map(attachments.hold) }).catch(() => {});
+}
+
+function viewImage(button) {
+  const dialog = document.getElementById("image-view");
+  const img = document.getElementById("image-view-img");
+  const shown = button.querySelector("img");
+  img.src = shown.src;
+  img.alt = shown.alt;
+  dialog.setAttribute("aria-label", shown.alt);
+  dialog.showModal(); // (Escape closes it)
+}
+
 function copyFrom(button) {
   const action = button.dataset.action;
   const text = action === "copy-code"
@@ -302,11 +322,17 @@ function wireEvents() {
     e.preventDefault();
     if (target.id === "jump") return view.jumpToLatest();
     if (target.dataset.action === "copy" || target.dataset.action === "copy-code") return copyFrom(target);
+    if (target.dataset.action === "attach-files") return document.getElementById("attach-input")?.click();
+    if (target.dataset.action === "view-image") return viewImage(target);
     send(target.dataset.action, { ...target.dataset });
   });
   // The assistant chosen in the composer is remembered as soon as it is chosen.
   document.addEventListener("change", async (e) => {
     if (e.target.matches("select[name=assistant]")) send("choose-assistant", { assistant: e.target.value });
+    if (e.target.matches("input[data-attach]")) {
+      attach(e.target.files);
+      e.target.value = "";
+    }
     if (e.target.matches("input[data-import]") && e.target.files.length) {
       const file = e.target.files[0];
       e.target.value = "";
@@ -363,6 +389,20 @@ function wireEvents() {
     e.preventDefault();
     e.target.form.requestSubmit();
   });
+  // A file dropped anywhere on the chat, or an image pasted into the composer, is attached.
+  document.addEventListener("dragover", (e) => {
+    if (e.target.closest?.("#chat") && e.dataTransfer?.types.includes("Files")) e.preventDefault();
+  });
+  document.addEventListener("drop", (e) => {
+    if (!e.target.closest?.("#chat") || !e.dataTransfer?.files.length) return;
+    e.preventDefault();
+    attach(e.dataTransfer.files);
+  });
+  document.addEventListener("paste", (e) => {
+    if (!e.target.matches("#composer-text") || !e.clipboardData?.files.length) return;
+    if (!e.clipboardData.types.includes("text/plain")) e.preventDefault();
+    attach(e.clipboardData.files);
+  });
   window.addEventListener("online", () => globalThis.chatOnline?.());
   view.wire();
 }
@@ -388,6 +428,7 @@ async function boot() {
   const stored = await underIoLock(() => storage.install(pyodide, "/data", files));
   mark("database installed");
   globalThis.chatView = view;
+  globalThis.chatFiles = attachments;
   globalThis.chatHost = {
     persist: (writes) => persist(pyodide, writes),
     stored: JSON.stringify(stored),

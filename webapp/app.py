@@ -33,12 +33,14 @@ from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
+from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import NetworkError, ServerError, Transport, Unauthorized
+from webapp.uploads import BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
@@ -123,6 +125,10 @@ class Services:
     schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
     # This device's time with its UTC offset (in the browser, the page's: Pyodide's clock is UTC).
     local_now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # Where attached files are held and kept (the page's IndexedDB), and where the upload engine
+    # reads them; None where files cannot be attached.
+    files: FilesHost | None = None
+    blobs: BlobSource | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,13 @@ class Client:
             on_delta=self._on_delta,
             on_online=self._on_online,
         )
-        self.pane = MessagePane(self.store, self.view, services.schedule_frame)
+        self.files = Files(services.files, self._files_changed)
+        self.uploads = None if services.blobs is None else UploadEngine(
+            self.store, services.transport, services.blobs, on_change=lambda sha256: self._files_changed()
+        )
+        self._uploads_task: asyncio.Task[None] | None = None
+        self._refused: dict[str, list[str]] = {}  # chat -> files not attached, and why (until the next attach)
+        self.pane = MessagePane(self.store, self.view, services.schedule_frame, self._message_files)
         self.chats = Chats(self.store, self.view, ChatsHost(
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
             kick=self.engine.kick, now=services.now, local_now=services.local_now,
@@ -173,6 +185,15 @@ class Client:
     def _on_online(self) -> None:
         """Online again: the server's assistants are asked for (kept for offline starts)."""
         asyncio.ensure_future(self.choice.refresh()).add_done_callback(_log_failure)
+        if self.uploads is not None:
+            self.uploads.kick()
+        self.files.online()
+
+    def online_again(self) -> None:
+        """The browser says it is online: sync and uploads try now, not at their backoff's end."""
+        self.engine.retry_now()
+        if self.uploads is not None:
+            self.uploads.kick()
 
     def _on_delta(self, frame: DeltaFrame) -> None:
         """Streamed tokens of a reply: shown at the next frame, never stored (the log brings
@@ -220,12 +241,18 @@ class Client:
     def _start_sync(self) -> None:
         self._sync_task = asyncio.ensure_future(self.engine.run())
         self._sync_task.add_done_callback(_log_failure)
+        if self.uploads is not None:  # beside the sync, never in its way
+            self._uploads_task = asyncio.ensure_future(self.uploads.run())
+            self._uploads_task.add_done_callback(_log_failure)
 
     def stop(self) -> None:
         """Stop syncing (this tab no longer owns the database, or the session changes)."""
         if self._sync_task is not None:
             self._sync_task.cancel()
             self._sync_task = None
+        if self._uploads_task is not None:
+            self._uploads_task.cancel()
+            self._uploads_task = None
 
     def _status(self, status: Status) -> None:
         self.view.set_status(str(status), ui.status_text(status, self.engine.progress))
@@ -263,11 +290,67 @@ class Client:
     def _draw_composer(self, text: str | None = None) -> None:
         """The composer of the open chat: its draft, or the message being edited."""
         chat_id = self.selected or ""
+        self._draw_composer_files()
         if self.editing is None:
             self.view.set_composer(chat_id, self.store.draft(chat_id) if text is None else text, None)
             return
         note = ui.editing_note(self._edit_branches(self.editing.message_id), self.editing.rejection is not None)
         self.view.set_composer(chat_id, text, note)
+
+    # --- attachments ----------------------------------------------------------------------------
+
+    def _draw_composer_files(self) -> None:
+        chat_id = self.selected or ""
+        attached = [] if self.editing is not None else self.store.draft_files(chat_id)
+        self.view.set_html("composer-files", composer_files(attached, self.files, self._refused.get(chat_id, [])))
+
+    def _files_changed(self) -> None:
+        """A file's upload moved on, or the page can show a file now."""
+        self._draw_composer_files()
+        self.pane.draw()
+
+    def _message_files(self, message: Message) -> str:
+        if not message.attachments:
+            return ""
+        uploads = {a.sha256: state for a in message.attachments if (state := self.store.upload_state(a.sha256)) is not None}
+        return message_files(message.attachments, self.files, uploads)
+
+    async def _on_attach(self, data: dict[str, Any]) -> None:
+        """Files picked, dropped or pasted in the composer of ``chat`` (held by the page under
+        tokens: webapp/files.py): each hashed, kept on this device, and added to the draft."""
+        chat_id = str(data.get("chat", self.selected or ""))
+        refused: list[str] = []
+        have = len(self.store.draft_files(chat_id))
+        for held in data.get("files", []):
+            token, name = str(held["token"]), str(held.get("name", ""))
+            if have >= MAX_FILES:
+                assert self.s.files is not None
+                self.s.files.release(token)
+                refused.append(f"{name} is not attached: a message takes at most {MAX_FILES} files.")
+                continue
+            try:
+                attachment = await self.files.attach(token, name, str(held.get("type", "")), int(held["size"]))
+            except TooLarge as e:
+                refused.append(str(e))
+                continue
+            await self.store.add_draft_file(chat_id, attachment)
+            have += 1
+        self._refused[chat_id] = refused
+        if chat_id == (self.selected or ""):
+            self._draw_composer_files()
+        self.chats.draw_list()  # (its Draft marks)
+
+    async def _on_remove_file(self, data: dict[str, Any]) -> None:
+        chat_id = self.selected or ""
+        await self.store.remove_draft_file(chat_id, str(data["sha256"]))
+        self._refused.pop(chat_id, None)
+        self._draw_composer_files()
+        self.chats.draw_list()
+
+    async def _on_retry_upload(self, data: dict[str, Any]) -> None:
+        if await self.store.retry_upload(str(data["sha256"])) and self.uploads is not None:
+            self.uploads.kick()
+        self._files_changed()
 
     # --- how the server's runs ended, and what they cost ------------------------------------------
 
@@ -382,6 +465,8 @@ class Client:
             note = "The server could not be reached: this device is signed out, but the session ends on the server only when it expires."
         if data.get("remove"):
             await self.store.forget_account()
+            if self.s.files is not None:
+                await self.s.files.clear()
         else:
             await self.store.mark_signed_out()
         self.selected, self.editing = None, None
@@ -441,15 +526,17 @@ class Client:
         page draws and keeps the message before Python has it (static/app.js: sendFromComposer); a
         message given twice (a reload between the two) is saved once."""
         text = str(data.get("text", "")).strip()
-        if not text:
-            return
+        draft_of = str(data.get("chat", self.selected or ""))  # (the composer of no chat yet keeps its draft under "")
         if self.editing is not None and "id" not in data:
-            await self._send_edit(self.editing, text)
+            if text:
+                await self._send_edit(self.editing, text)
             return
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if self.store.message(message_id) is not None:
             return  # saved already
-        draft_of = str(data.get("chat", self.selected or ""))  # (the composer of no chat yet keeps its draft under "")
+        attached = tuple(self.store.draft_files(draft_of))
+        if not text and not attached:
+            return
         chat_id = draft_of if self.store.chat(draft_of) else None
         if chat_id is None:
             chat_id = await self._new_chat(_uuid(data.get("chat")) if data.get("newChat") else None)
@@ -459,16 +546,24 @@ class Client:
             chat_id=chat_id,
             role="user",
             content=text,
+            attachments=attached,
             parent_id=path[-1].id if path else None,
             created_at=self.s.now(),
         )
         try:
+            if attached:  # queued before the message is in the outbox: it never waits for a file not queued
+                await self.store.enqueue_uploads(attached)
             await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of)
         except Exception:
             self.view.restore_text("#composer-text", text)  # not saved: the text goes back
             raise
+        if attached and self.uploads is not None:
+            self.uploads.kick()
+        self._refused.pop(draft_of, None)
         await self.chats.title_from_first_message(chat_id)
         self.redraw()
+        if attached:
+            self._draw_composer_files()
         assistant = str(data.get("assistant", self.choice.chosen()))
         await self.choice.choose(assistant)
         if assistant != NO_ASSISTANT:

@@ -295,6 +295,44 @@ class DomView:
         return None if shown is None else str(shown)
 
 
+class PageFiles:
+    """The page's side of attachments (static/files.js; webapp/files.py says who does what)."""
+
+    async def slice(self, token: str, start: int, end: int) -> bytes:
+        return bytes((await js.chatFiles.slice(token, start, end)).to_bytes())
+
+    async def keep(self, token: str, sha256: str) -> None:
+        await js.chatFiles.keep(token, sha256)
+
+    async def image_size(self, token: str) -> tuple[int, int] | None:
+        size = list(await js.chatFiles.imageSize(token))
+        return (int(size[0]), int(size[1])) if len(size) == 2 else None
+
+    def held_url(self, token: str, sha256: str) -> str:
+        return str(js.chatFiles.heldUrl(token, sha256))
+
+    def release(self, token: str) -> None:
+        js.chatFiles.release(token)
+
+    async def clear(self) -> None:
+        await js.chatFiles.clearAll()
+
+    async def want(self, sha256: str) -> tuple[str | None, str | None]:
+        url, why = (str(v) for v in await js.chatFiles.want(sha256))
+        return url or None, why or None
+
+
+class PageBlobs:
+    """The upload engine's bytes (webapp/uploads.py: BlobSource), from the page's IndexedDB."""
+
+    async def size(self, sha256: str) -> int | None:
+        size = int(await js.chatFiles.size(sha256))
+        return None if size < 0 else size
+
+    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+        return bytes((await js.chatFiles.read(sha256, offset, length)).to_bytes())
+
+
 def _next_frame(draw: Callable[[], None]) -> None:
     js.requestAnimationFrame(create_once_callable(lambda _time: draw()))
 
@@ -328,6 +366,8 @@ async def main() -> Client:
             device_model=FetchModel,
             python_tool=_run_python,
             schedule_frame=_next_frame,
+            files=PageFiles(),
+            blobs=PageBlobs(),
         )
     )
 
@@ -343,7 +383,7 @@ async def main() -> Client:
     js.chatHost.forgetDrafts(json.dumps(gone))
     js.globalThis.chatDispatch = create_proxy(dispatch)
     js.globalThis.chatSource = create_proxy(client.source)
-    js.globalThis.chatOnline = create_proxy(lambda *_: client.engine.retry_now())
+    js.globalThis.chatOnline = create_proxy(lambda *_: client.online_again())
     js.globalThis.chatStop = create_proxy(lambda *_: client.stop())  # another tab took over
     client.start()
     js.performance.mark("chat:drawn")

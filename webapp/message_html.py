@@ -47,6 +47,7 @@ class Item:
     # Why a failed reply failed, as the error message answering it says (a reply written on a
     # device: shared/assistants.py, ModelAssistant); a server's run says it in ``run``.
     reason: str | None = None
+    files_html: str = ""  # its attachments (webapp/files.py: message_files)
 
 
 def failure_reasons(rows: dict[str, Message]) -> dict[str, Message]:
@@ -84,7 +85,7 @@ def message_item(item: Item) -> str:
         state_html = f'<p class="state sr-only">{DONE.get(message.role, "")}</p>'
     return (
         f'<li class="{" ".join(classes)}" id="{key}" data-state="{state}">'
-        f'<div class="bubble"><div class="content">{_content(item)}</div></div>'
+        f'<div class="bubble">{item.files_html}<div class="content">{_content(item)}</div></div>'
         f"{state_html}"
         f'<div class="meta">{_branches(item.step)}{_tools(item, state)}{_usage(item.run)}</div></li>'
     )

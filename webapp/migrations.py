@@ -171,6 +171,16 @@ def _migration_11(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_12(conn: sqlite3.Connection) -> None:
+    """The files attached in a chat's composer and not sent yet (references: the bytes are in the
+    page's IndexedDB), in the order they were attached (rowid)."""
+    conn.execute(
+        """CREATE TABLE draft_files (
+            chat_id TEXT NOT NULL, sha256 TEXT NOT NULL, attachment TEXT NOT NULL,
+            PRIMARY KEY (chat_id, sha256))"""
+    )
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -184,4 +194,5 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0009_rows_once", _migration_9),
     ("0010_attachments", _migration_10),
     ("0011_uploads", _migration_11),
+    ("0012_draft_files", _migration_12),
 ]

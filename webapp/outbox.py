@@ -78,6 +78,7 @@ class Outbox(Database):
         with self._transaction() as conn:
             if draft_of is not None:
                 conn.execute("DELETE FROM drafts WHERE chat_id = ?", (draft_of,))
+                conn.execute("DELETE FROM draft_files WHERE chat_id = ?", (draft_of,))
             if event.type is EventType.CHAT_DELETED:  # what this device kept about the chat goes with it
                 for table in ("drafts", "branch_choices", "rejected_events"):
                     conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (entity,))

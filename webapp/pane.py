@@ -44,10 +44,17 @@ class MessagesView(Protocol):
 
 
 class MessagePane:
-    def __init__(self, store: LocalStore, view: MessagesView, schedule_frame: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(
+        self,
+        store: LocalStore,
+        view: MessagesView,
+        schedule_frame: Callable[[Callable[[], None]], None],
+        files_of: Callable[[Message], str] = lambda message: "",
+    ) -> None:
         self.store = store
         self.view = view
         self._schedule_frame = schedule_frame
+        self._files_of = files_of  # a message's attachments as HTML (webapp/files.py)
         self.chat_id: str | None = None
         self.window = WINDOW
         self.streaming: dict[str, str] = {}  # a reply's text so far (deltas, a local model), by id
@@ -192,6 +199,7 @@ class MessagePane:
             delivery=self._delivery.get(row.id),
             run=self._runs.get(row.id),
             reason=reason.content if (reason := self._reasons.get(row.id)) is not None else None,
+            files_html=self._files_of(row),
         )
         return message_html.message_item(item), parts
 

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.models import UNFINISHED, Chat, LoggedEvent, Message, RunSummary, Snapshot
+from shared.models import UNFINISHED, Attachment, Chat, LoggedEvent, Message, RunSummary, Snapshot
 from shared.thread import ROOT, Link, Step, children, shown_path
 from webapp import overlay
 from webapp import search as fulltext
@@ -38,7 +38,7 @@ class Account:
 # Everything that belongs to the account signed in (emptied when another one signs in).
 ACCOUNT_TABLES = (
     "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
-    "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "uploads",
+    "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "uploads", "draft_files",
 )  # fmt: skip
 
 
@@ -189,8 +189,26 @@ class LocalStore(Outbox, Snapshots, Uploads):
         return "" if row is None else str(row[0])
 
     def drafted(self) -> set[str]:
-        """The chats with a draft."""
-        return {str(r[0]) for r in self.conn.execute("SELECT chat_id FROM drafts")}
+        """The chats with a draft (text, or files attached)."""
+        return {str(r[0]) for r in self.conn.execute("SELECT chat_id FROM drafts UNION SELECT chat_id FROM draft_files")}
+
+    async def add_draft_file(self, chat_id: str, attachment: Attachment) -> None:
+        """A file attached in the chat's composer (attached twice: kept once, where it was)."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO draft_files VALUES (?, ?, ?)", (chat_id, attachment.sha256, attachment.model_dump_json())
+            )
+        await self._durable()
+
+    async def remove_draft_file(self, chat_id: str, sha256: str) -> None:
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM draft_files WHERE chat_id = ? AND sha256 = ?", (chat_id, sha256))
+        await self._durable()
+
+    def draft_files(self, chat_id: str) -> list[Attachment]:
+        """The files attached in the chat's composer, in the order they were attached."""
+        rows = self.conn.execute("SELECT attachment FROM draft_files WHERE chat_id = ? ORDER BY rowid", (chat_id,))
+        return [Attachment.model_validate_json(r[0]) for r in rows]
 
     # --- reads for the UI ----------------------------------------------------------------------
 

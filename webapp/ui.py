@@ -142,14 +142,22 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
   <div class="below">
     <button type="button" class="jump" id="jump" hidden>Jump to latest</button>
     <p class="editing" id="composer-note" hidden></p>
+    <ul class="composer-files" id="composer-files" aria-label="Attached files"></ul>
     <form class="composer" data-action="send" data-reset>
+      <button type="button" class="tool attach" data-action="attach-files" aria-label="Attach files" title="Attach files">
+        <svg aria-hidden="true"><use href="#i-attach"></use></svg></button>
+      <input type="file" multiple hidden id="attach-input" data-attach tabindex="-1" aria-hidden="true">
       <textarea name="text" id="composer-text" rows="1" placeholder="Write a message" aria-label="Message"
-        required data-draft data-chat=""></textarea>
+        data-draft data-chat=""></textarea>
       <select name="assistant" id="assistant-choice" aria-label="Answered by"></select>
       <button type="submit" class="send">Send</button>
     </form>
   </div>
-</section>"""
+</section>
+<dialog class="image-view" id="image-view" aria-label="Image">
+  <form method="dialog"><button class="close" aria-label="Close">×</button></form>
+  <img id="image-view-img" alt="">
+</dialog>"""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from webapp.store import LocalStore
 # is one of shared.schema's or of the search index.
 BROWSER_TABLES = {
     "meta", "pending_events", "drafts", "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "schema_migrations", "uploads",
+    "draft_files",
 }  # fmt: skip
 
 # The indexes on the state tables here are the browser's own (shared.schema's are the server's;
