@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -83,6 +85,14 @@ def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(contexts: Contexts, 
     page.context.close()
 
 
+def _alive(pid: int) -> bool:
+    """Not ended (a zombie, ended and not yet reaped by its parent, holds nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _browser_processes(profile: Path) -> list[int]:
     """The pids of the Chromium browser process (not its renderers) running on this profile."""
     found = []
@@ -102,10 +112,36 @@ def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserCon
     return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
 
 
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else None
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
 def _kill(profile: Path, context: BrowserContext) -> None:
-    """SIGKILL the whole browser (not just a tab): nothing of it gets to save anything more."""
+    """SIGKILL the whole browser (not just a tab), every process of it at once, as a machine
+    going down does: nothing of it gets to save anything more. Returns once all are gone (a
+    storage process outliving its browser by a moment, on a busy machine, held the profile's
+    files while the next browser opened them: its page crashed)."""
     [pid] = _browser_processes(profile)
-    os.kill(pid, signal.SIGKILL)
+    pids = _descendants(pid)
+    for each in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{each}").exists() and _alive(each) for each in pids):
+        assert time.monotonic() < deadline, "the browser's processes outlived SIGKILL"
+        time.sleep(0.05)
     try:
         context.close()
     except Exception:  # the browser is gone: nothing left to close
@@ -146,7 +182,7 @@ def test_what_was_typed_survives_the_browser_killed(playwright: Playwright, cont
     box = page.get_by_role("textbox", name="Message")
     expect(box).to_have_value(text, timeout=BOOT_TIMEOUT)
     box.click()
-    page.keyboard.press("End")
+    page.keyboard.press("Control+End")  # (the end of the text, not of its first line: it wraps)
     more = " And then the machine went down right after."
     page.keyboard.type(more, delay=25)
     page.wait_for_timeout(150)
