@@ -171,7 +171,9 @@ class Client:
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
             kick=self.engine.kick, now=services.now, local_now=services.local_now,
         ))  # fmt: skip
-        self.choice = AssistantChoice(self.store, self.view, services.transport, services.python_tool, services.device_model)
+        self.choice = AssistantChoice(
+            self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files
+        )
         self.selected: str | None = None
         self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
@@ -302,7 +304,8 @@ class Client:
     def _draw_composer_files(self) -> None:
         chat_id = self.selected or ""
         attached = [] if self.editing is not None else self.store.draft_files(chat_id)
-        self.view.set_html("composer-files", composer_files(attached, self.files, self._refused.get(chat_id, [])))
+        refused = self._refused.get(chat_id, [])
+        self.view.set_html("composer-files", composer_files(attached, self.files, refused, self.choice.image_note()))
 
     def _files_changed(self) -> None:
         """A file's upload moved on, or the page can show a file now."""

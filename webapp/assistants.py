@@ -129,17 +129,23 @@ class AssistantChoice:
         transport: Transport,
         python_tool: Callable[[str], Awaitable[str]] | None,
         device_model: Callable[[str, str], Model] | None,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_change``: called once the choice, or what is offered, is drawn anew."""
         self.store = store
+        self._on_change = on_change
         self.view = view
         self.transport = transport
         self.python_tool = python_tool
         self.make_device_model = device_model  # (None where there is no way to call one)
 
+    def _remote(self) -> list[AssistantInfo]:
+        known = self.store.setting("assistants")
+        return [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+
     def offered(self) -> list[Assistant]:
         """The server's assistants (as it last listed them), then those that run here."""
-        known = self.store.setting("assistants")
-        remote = [AssistantInfo(**a) for a in json.loads(known)] if known else DEFAULT_ASSISTANTS
+        remote = self._remote()
         local: list[Assistant] = [ToolAssistant(self.python_tool)]
         device = self.device_model()
         if device and self.make_device_model is not None:
@@ -155,6 +161,15 @@ class AssistantChoice:
     def get(self, assistant_id: str) -> Assistant:
         found = next((a for a in self.offered() if a.id == assistant_id), None)
         return found or RemoteAssistant(assistant_id, assistant_id)  # one the server stopped listing
+
+    def image_note(self) -> str | None:
+        """Why the images in the draft will not be seen, if the chosen assistant does not read
+        them (only the server's assistants that say ``vision`` do; those on this device do not)."""
+        chosen = self.chosen()
+        if any(a.id == chosen and a.vision for a in self._remote()):
+            return None
+        name = next((a.name for a in self.offered() if a.id == chosen), chosen)
+        return f"{name} does not read images: they are left out of what it is sent."
 
     def chosen(self) -> str:
         chosen = self.store.setting("assistant")
@@ -178,6 +193,7 @@ class AssistantChoice:
     def draw(self) -> None:
         choices = [(a.id, a.name) for a in self.offered()]
         self.view.morph("assistant-choice", ui.assistant_options(choices, self.chosen()))
+        self._on_change()
 
     async def on_choose_assistant(self, data: dict[str, Any]) -> None:
         await self.store.set_setting("assistant", str(data.get("assistant", "")))

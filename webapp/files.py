@@ -163,9 +163,10 @@ def _picture(attachment: Attachment, shown: Shown) -> str:
     return f'<img alt="{name}"{size}{src}>'
 
 
-def composer_files(attachments: list[Attachment], files: Files, refused: list[str]) -> str:
-    """The chips of the files attached in the composer, each with Remove NAME; and the files
-    refused, each with why."""
+def composer_files(attachments: list[Attachment], files: Files, refused: list[str], image_note: str | None = None) -> str:
+    """The chips of the files attached in the composer, each with Remove NAME; the files
+    refused, each with why; and, when there are images, ``image_note`` (why the chosen assistant
+    will not see them), before anything is sent."""
     chips = []
     for a in attachments:
         shown = files.show(a.sha256)
@@ -176,6 +177,8 @@ def composer_files(attachments: list[Attachment], files: Files, refused: list[st
             f'aria-label="Remove {escape(a.name)}" title="Remove">×</button></li>'
         )
     chips += [f'<li class="chip refused" role="alert">{escape(reason)}</li>' for reason in refused]
+    if image_note and any(a.mime.startswith("image/") for a in attachments):
+        chips.append(f'<li class="chip warning" role="status">{escape(image_note)}</li>')
     return "".join(chips)
 
 

@@ -100,10 +100,11 @@ class AssistantInfo:
     name: str
     kind: str
     model: str
+    vision: bool = False  # it reads images (a server older than attachments does not say: no)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> AssistantInfo:
-        return cls(str(data["id"]), str(data["name"]), str(data["kind"]), str(data["model"]))
+        return cls(str(data["id"]), str(data["name"]), str(data["kind"]), str(data["model"]), data.get("vision") is True)
 
 
 class LiveSocket(Protocol):

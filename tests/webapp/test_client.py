@@ -31,10 +31,10 @@ TICKS = itertools.count(1_700_000_000_000)  # one clock for every client of a te
 class OfflineTransport:
     """The server is out of reach: everything stays local."""
 
-    async def updates(self, after_seq: int, limit: int) -> None:
+    async def updates(self, *args: object) -> None:
         raise NetworkError("offline")
 
-    state = submit = live = assistants = updates
+    state = submit = live = assistants = blob_offset = blob_append = updates
 
 
 class FakeAuth:

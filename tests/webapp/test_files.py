@@ -1,0 +1,285 @@
+"""Attaching files in the client (webapp/app.py, webapp/files.py) under CPython: the page's side
+(static/files.js: the held files and the IndexedDB store they are kept in) is ``Disk``, which
+outlives a reload as IndexedDB does; what the page then draws is tests/e2e/test_attachments.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from quart import Quart
+
+from shared.ids import Uuid7Generator
+from tests.webapp.inprocess import InProcessTransport
+from tests.webapp.page import FakePage
+from tests.webapp.test_client import TICKS, FakeAuth, OfflineTransport
+from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern  # noqa: F401 (app: a fixture)
+from webapp import uploads
+from webapp.app import Client, Services
+from webapp.database import FilePersistence
+from webapp.files import OFFLINE, Files
+from webapp.store import LocalStore
+from webapp.sync import SyncEngine
+from webapp.transport import AssistantInfo, NetworkError
+from webapp.uploads import UploadEngine
+
+T = "2026-12-04T12:00:00.000Z"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(200)
+
+
+class Disk:
+    """The page's files: those held since they were picked (by token) and those kept in
+    IndexedDB (by SHA-256). ``FilesHost`` and ``BlobSource`` both."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[bytes, str]] = {}
+        self.kept: dict[str, bytes] = {}
+        self.sliced = 0  # the most bytes asked for at once
+
+    def hold(self, data: bytes, mime: str) -> str:
+        token = f"held-{len(self.held)}"
+        self.held[token] = (data, mime)
+        return token
+
+    async def slice(self, token: str, start: int, end: int) -> bytes:
+        self.sliced = max(self.sliced, end - start)
+        return self.held[token][0][start:end]
+
+    async def keep(self, token: str, sha256: str) -> None:
+        self.kept[sha256] = self.held[token][0]
+
+    async def image_size(self, token: str) -> tuple[int, int] | None:
+        return (640, 480) if self.held[token][1] == "image/png" else None
+
+    def held_url(self, token: str, sha256: str) -> str:
+        return f"blob:held/{sha256}"
+
+    def release(self, token: str) -> None:
+        self.held.pop(token, None)
+
+    async def clear(self) -> None:
+        self.kept.clear()
+
+    async def want(self, sha256: str) -> tuple[str | None, str | None]:
+        return (f"blob:kept/{sha256}", None) if sha256 in self.kept else (None, "offline")
+
+    async def size(self, sha256: str) -> int | None:
+        data = self.kept.get(sha256)
+        return None if data is None else len(data)
+
+    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+        return self.kept[sha256][offset : offset + length]
+
+
+class Listing(OfflineTransport):
+    """Offline, but the server listed its assistants once: one reads images, one does not."""
+
+    async def assistants(self) -> list[AssistantInfo]:  # type: ignore[override]
+        return [AssistantInfo("demo", "Demo model", "remote", "demo"), AssistantInfo("eyes", "Eyes", "remote", "eyes", vision=True)]
+
+
+def client_on(path: Path, disk: Disk, transport: object | None = None) -> tuple[Client, FakePage]:
+    page = FakePage()
+    services = Services(
+        store=LocalStore(str(path), FilePersistence()),
+        view=page,
+        auth=FakeAuth(),
+        transport=transport or OfflineTransport(),  # type: ignore[arg-type]
+        new_id=Uuid7Generator(TICKS.__next__, os.urandom),
+        now=lambda: T,
+        schedule_frame=page.schedule_frame,
+        files=disk,
+    )
+    return Client(services), page
+
+
+async def signed_in(path: Path, disk: Disk, transport: object | None = None) -> tuple[Client, FakePage]:
+    client, page = client_on(path, disk, transport)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    return client, page
+
+
+async def attach(client: Client, disk: Disk, data: bytes, name: str, mime: str) -> None:
+    token = disk.hold(data, mime)
+    await client.dispatch("attach", {"chat": client.selected, "files": [{"token": token, "name": name, "type": mime, "size": len(data)}]})
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_attached_files_are_kept_before_the_draft_names_them_and_come_back_after_a_reload(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    notes = pattern(3 * 1024 * 1024 + 5, seed=1)
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await attach(client, disk, notes, "notes.txt", "text/plain")
+    assert disk.sliced == 1024 * 1024  # hashed a slice at a time, never the whole file at once
+    assert set(disk.kept) == {sha(PNG), sha(notes)} and not disk.held  # kept, and let go of by the page
+    chips = page.regions["composer-files"]
+    assert 'aria-label="Remove cat.png"' in chips and 'aria-label="Remove notes.txt"' in chips
+    assert "3.0 MB" in chips and f'src="blob:held/{sha(PNG)}"' in chips
+    assert ">Draft<" in page.regions["chat-list"]
+    [image, text] = client.store.draft_files(chat)
+    assert (image.width, image.height, text.width) == (640, 480, None)
+
+    client.store.close()  # the tab is closed (or killed): the draft and IndexedDB stay
+    client, page = client_on(tmp_path / "local.db", disk)
+    client.start()
+    await client.dispatch("select-chat", {"id": chat})
+    await _settle()  # (the page said where the file is)
+    chips = page.regions["composer-files"]
+    assert 'aria-label="Remove cat.png"' in chips and 'aria-label="Remove notes.txt"' in chips
+    assert f'src="blob:kept/{sha(PNG)}"' in chips  # shown from IndexedDB now
+    await client.dispatch("remove-file", {"sha256": sha(notes)})
+    assert "notes.txt" not in page.regions["composer-files"] and [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
+
+
+async def test_a_file_over_the_limit_is_refused_in_words_and_nothing_typed_is_lost(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    await client.dispatch("draft", {"text": "the report, attached", "chat": chat})
+    client.files.max_file_bytes = 1000
+    await attach(client, disk, bytes(1001), "report.pdf", "application/pdf")
+    assert "report.pdf is 1001 bytes: the largest file the server takes is 1000 bytes." in page.regions["composer-files"]
+    assert 'role="alert"' in page.regions["composer-files"]
+    assert not disk.kept and not disk.held and client.store.draft_files(chat) == []
+    assert client.store.draft(chat) == "the report, attached"
+
+
+async def test_an_assistant_that_does_not_read_images_is_named_before_send(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk, Listing())
+    await client.choice.refresh()
+    await attach(client, disk, b"just text", "a.txt", "text/plain")
+    assert "does not read images" not in page.regions["composer-files"]  # no image: nothing to say
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    assert "Demo model does not read images: they are left out of what it is sent." in page.regions["composer-files"]
+    await client.dispatch("choose-assistant", {"assistant": "eyes"})
+    assert "does not read images" not in page.regions["composer-files"]
+    await client.dispatch("choose-assistant", {"assistant": "local-tools"})
+    assert "Local helper (offline, tools) does not read images" in page.regions["composer-files"]
+
+
+async def test_a_message_takes_the_drafts_files_and_queues_them_before_it_is_in_the_outbox(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "", "chat": chat, "assistant": ""})  # files only: a message too
+    [message] = client.store.messages(chat)
+    assert [a.name for a in message.attachments] == ["cat.png"] and message.content == ""
+    assert client.store.draft_files(chat) == [] and page.regions["composer-files"] == ""
+    assert client.store.upload_state(sha(PNG)).sentence == "Waiting for the connection"  # type: ignore[union-attr]
+    [item] = page.items.values()
+    assert 'aria-label="Open cat.png"' in item and "Waiting for the connection" in item
+
+
+async def test_a_file_this_device_does_not_have_is_shown_once_online() -> None:
+    disk, changes = Disk(), []
+    files = Files(disk, lambda: changes.append(1))
+    assert files.show("f" * 64).url is None
+    await _settle()
+    assert files.show("f" * 64).note == OFFLINE and changes == [1]
+    disk.kept["f" * 64] = b"fetched"
+    files.online()
+    assert changes == [1, 1]
+    files.show("f" * 64)
+    await _settle()
+    assert files.show("f" * 64).url == f"blob:kept/{'f' * 64}"
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# --- any interleaving ----------------------------------------------------------------------------
+
+FILES = [pattern(size, seed=n) for n, size in enumerate((150, 300, 70))]
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("attach"), st.integers(0, len(FILES) - 1)),
+        st.tuples(st.just("remove"), st.integers(0, len(FILES) - 1)),
+        st.tuples(st.sampled_from(["send", "delete", "kill", "sync", "resync", "upload", "offline-upload"]), st.none()),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_uploaded_twice(
+    app: Quart,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    steps: list[Any],
+) -> None:
+    """Attach, remove, send, delete a message, a killed tab, a sync, a resync and uploads in any
+    order: every file the draft or a message on this device names is in its IndexedDB, and every
+    byte of every file sent reaches the server once."""
+    monkeypatch.setattr(uploads, "CHUNK_BYTES", 64)
+    _, token = await new_account(app)
+    path, disk = tmp_path_factory.mktemp("device") / "local.db", Disk()
+    client, _ = await signed_in(path, disk)
+    chat = client.selected or ""
+    server = InProcessTransport(app.test_client(use_cookies=False), token)
+    network = Network(server)
+    received: Counter[str] = Counter()
+    sent: set[str] = set()
+
+    def engine() -> UploadEngine:
+        return UploadEngine(client.store, network, disk, sleep=no_wait)  # type: ignore[arg-type]
+
+    for step, value in steps:
+        if step == "attach":
+            await attach(client, disk, FILES[value], f"file{value}.bin", "application/octet-stream")
+        elif step == "remove":
+            await client.dispatch("remove-file", {"sha256": sha(FILES[value])})
+        elif step == "send":
+            sent |= {a.sha256 for a in client.store.draft_files(chat)}
+            await client.dispatch("send", {"text": "with files", "chat": chat, "assistant": ""})
+        elif step == "delete":
+            mine = [m for m in client.store.messages(chat) if m.attachments]
+            if mine:
+                await client.dispatch("remove-message", {"id": mine[-1].id})
+        elif step == "kill":
+            received += network.received
+            network = Network(server)
+            client.store.close()
+            client, _ = client_on(path, disk)
+            client.start()
+            await client.dispatch("select-chat", {"id": chat})
+        elif step in ("sync", "resync"):
+            sync = SyncEngine(client.store, server, lambda: None, lambda s: None)
+            for part in (sync.pull, sync.push, sync.resync if step == "resync" else sync.pull):
+                await part()
+        else:
+            await server.set_offline(step == "offline-upload")
+            try:
+                await engine().upload_all()
+            except NetworkError:
+                pass
+            await server.set_offline(False)
+        named = {a.sha256 for a in client.store.draft_files(chat)} | {a.sha256 for m in client.store.all_messages() for a in m.attachments}
+        assert named <= set(disk.kept), "a file named here is not on this device"
+
+    assert await engine().upload_all()
+    received += network.received
+    for digest in sent:
+        response = await server.client.get(f"/blobs/{digest}", headers=server.headers)
+        assert response.status_code == 200 and hashlib.sha256(await response.get_data()).hexdigest() == digest
+        assert received[digest] == len(disk.kept[digest])  # every byte once
+    assert set(received) <= sent
+    client.store.close()
+
