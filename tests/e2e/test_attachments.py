@@ -1,20 +1,30 @@
 """Attachments in Chromium, against the real server: attached offline and shown at once, kept by
 a reload, uploaded once when online, shown on another device and kept there for offline use;
-pasted and dropped; refused over the limit with words, the text kept."""
+pasted and dropped; refused over the limit with words, the text kept; an upload cut by a killed
+browser resumed from the server's offset; an image reaching a model that reads images as a
+data-URL content part, and a model that does not named before Send."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+import os
 import re
 import struct
 import urllib.request
 import uuid
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 
-from playwright.sync_api import Page, expect
+import pytest
+from playwright.sync_api import Page, Playwright, Route, expect
 
 from tests.e2e.contexts import Contexts
-from tests.e2e.pages import new_chat, open_app, sign, wait_for_service_worker, wait_until
+from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, wait_for_service_worker, wait_until
+from tests.e2e.profiles import kill, launch, reopened, signed_up_in_a_profile
+from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
 
 PASSWORD = "a long password"
@@ -54,9 +64,7 @@ def image_shown(page: Page, name: str) -> bool:
     )
 
 
-def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_device(
-    contexts: Contexts, server: Server, load: str
-) -> None:
+def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_device(contexts: Contexts, server: Server, load: str) -> None:
     username = f"files{uuid.uuid4().hex[:8]}"
     picture = png(64, 48, seed=len(username) + int(uuid.uuid4().int % 200))
     notes = b"# notes\nsome text in a file\n" + uuid.uuid4().hex.encode()
@@ -133,9 +141,7 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     b_context.close()
 
 
-def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_in_words(
-    contexts: Contexts, server: Server
-) -> None:
+def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_in_words(contexts: Contexts, server: Server) -> None:
     page = contexts.page(server.url)
     open_app(page)
     sign(page, f"paste{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
@@ -163,3 +169,110 @@ def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_
     expect(page.get_by_role("alert")).to_contain_text("huge.bin is 25 MB: the largest file the server takes is 20 MB.")
     expect(page.get_by_role("button", name="Remove huge.bin")).to_have_count(0)
     expect(box).to_have_value("the text stays")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> FakeUpstream:
+    fake = FakeUpstream(delay=0.01, words=5)
+    fake.start_in_thread()
+    return fake
+
+
+@pytest.fixture(scope="module")
+def seeing(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with two assistants on the fake upstream: one reads images, one does not."""
+    data = tmp_path_factory.mktemp("seeing")
+    common = {"provider": "openai", "baseUrl": upstream.base_url, "model": "fake-1"}
+    assistants = [{"id": "blind", "name": "Text model", **common}, {"id": "eyes", "name": "Vision model", "vision": True, **common}]
+    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", assistants=json.dumps(assistants))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_one_that_does_not_is_named(
+    contexts: Contexts, seeing: Server, upstream: FakeUpstream
+) -> None:
+    page = contexts.page(seeing.url)
+    open_app(page)
+    sign(page, f"eyes{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    new_chat(page)
+    picture = png(32, 24, seed=int(uuid.uuid4().int % 250))
+    choice = page.locator("select[name=assistant]")
+    expect(choice.locator("option", has_text="Vision model")).to_have_count(1, timeout=30_000)  # (the server's list is in)
+    choice.select_option("blind")
+    attach(page, {"name": "chart.png", "mimeType": "image/png", "buffer": picture})
+    expect(page.get_by_role("button", name="Remove chart.png")).to_be_visible()
+    files = page.get_by_role("list", name="Attached files")
+    expect(files.get_by_role("status")).to_have_text("Text model does not read images: they are left out of what it is sent.")
+    choice.select_option("eyes")
+    expect(files.get_by_role("status")).to_have_count(0)
+
+    asked = len(upstream.requests)
+    send(page, "What does this chart say?", assistant="eyes")
+    expect(page.locator(".message.assistant.completed")).to_have_count(1, timeout=30_000)
+    assert len(upstream.requests) == asked + 1
+    [question] = [m for m in upstream.requests[-1]["messages"] if m["role"] == "user"]
+    text, image = question["content"]
+    assert text == {"type": "text", "text": "What does this chart say?"}
+    assert image == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}
+    page.context.close()
+
+
+def test_an_upload_cut_by_a_killed_browser_resumes_from_the_servers_offset(
+    playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str
+) -> None:
+    """Killed with half of a 10 MB file on the server (its sixth chunk held by the test, never
+    delivered), the browser opened again goes on from the server's offset: the person does not
+    pick the file again, and no byte the server had is sent twice."""
+    profile = tmp_path / "profile"
+    signed_up_in_a_profile(playwright, contexts, profile, server)
+    context, page = reopened(playwright, profile, server)
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    data = os.urandom(10 * 1024 * 1024)
+    digest = hashlib.sha256(data).hexdigest()
+    patches: list[int] = []
+    held: list[Route] = []
+
+    def five_chunks_then_hold(route: Route) -> None:
+        if route.request.method != "PATCH":
+            route.continue_()
+            return
+        patches.append(int(route.request.headers["upload-offset"]))
+        if len(patches) <= 5:
+            route.continue_()
+        else:
+            held.append(route)  # never answered: the browser is killed first
+
+    context.route(f"**/blobs/{digest}", five_chunks_then_hold)
+    before = bytes_received(server)
+    attach(page, {"name": "video.bin", "mimeType": "application/octet-stream", "buffer": data})
+    expect(page.get_by_role("button", name="Remove video.bin")).to_be_visible(timeout=30_000)
+    page.locator("textarea[name=text]").fill("the whole video")
+    page.locator("textarea[name=text]").press("Enter")
+    expect(page.locator(".message", has_text="the whole video").get_by_text(re.compile(r"Uploading \d+%"))).to_be_visible()
+    wait_until(page, lambda: bool(held), "the sixth chunk is sent", timeout=60)
+    half = 5 * 1024 * 1024
+    assert patches[:6] == [n * 1024 * 1024 for n in range(6)]
+    assert bytes_received(server) - before == half
+    kill(profile, context)
+
+    context = launch(playwright, profile, server)
+    resumed: list[int] = []
+
+    def recorded(route: Route) -> None:
+        if route.request.method == "PATCH":
+            resumed.append(int(route.request.headers["upload-offset"]))
+        route.continue_()
+
+    context.route(f"**/blobs/{digest}", recorded)  # (before the page opens: it uploads at once)
+    page = context.pages[0] if context.pages else context.new_page()
+    open_app(page)
+    message = page.locator(".message", has_text="the whole video")
+    expect(message.get_by_role("link", name="Download video.bin")).to_be_visible(timeout=BOOT_TIMEOUT)
+    expect(message.locator("[data-upload]")).to_have_count(0, timeout=60_000)
+    assert resumed and resumed[0] == half, resumed  # from the server's offset, not from 0
+    assert bytes_received(server) - before == len(data)  # every byte once
+    stored = page.request.get(f"/blobs/{digest}")
+    assert stored.status == 200 and hashlib.sha256(stored.body()).hexdigest() == digest
+    context.close()

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import time
-import uuid
 from pathlib import Path
 
-from playwright.sync_api import BrowserContext, Page, Playwright, expect
+from playwright.sync_api import Playwright, expect
 
-from tests.e2e.conftest import playwright_config
 from tests.e2e.contexts import Contexts
-from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, sign, signed_up
+from tests.e2e.pages import BOOT_TIMEOUT, signed_up
+from tests.e2e.profiles import kill, reopened, signed_up_in_a_profile
 from tests.processes import Server
 
 # What the page's own IndexedDB holds for a chat's draft (static/pending.js).
@@ -85,100 +80,22 @@ def test_a_draft_is_saved_as_it_is_typed_one_save_at_a_time(contexts: Contexts, 
     page.context.close()
 
 
-def _alive(pid: int) -> bool:
-    """Not ended (a zombie, ended and not yet reaped by its parent, holds nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _browser_processes(profile: Path) -> list[int]:
-    """The pids of the Chromium browser process (not its renderers) running on this profile."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"--user-data-dir={profile}".encode() in args and not any(a.startswith(b"--type=") for a in args):
-            found.append(int(entry.name))
-    return found
-
-
-def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
-    return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else None
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent is not None:
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo += children.get(found[-1], [])
-    return found
-
-
-def _kill(profile: Path, context: BrowserContext) -> None:
-    """SIGKILL the whole browser (not just a tab), every process of it at once, as a machine
-    going down does: nothing of it gets to save anything more. Returns once all are gone (a
-    storage process outliving its browser by a moment, on a busy machine, held the profile's
-    files while the next browser opened them: its page crashed)."""
-    [pid] = _browser_processes(profile)
-    pids = _descendants(pid)
-    for each in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(each, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{each}").exists() and _alive(each) for each in pids):
-        assert time.monotonic() < deadline, "the browser's processes outlived SIGKILL"
-        time.sleep(0.05)
-    try:
-        context.close()
-    except Exception:  # the browser is gone: nothing left to close
-        pass
-
-
-def _signed_up_in_a_profile(playwright: Playwright, contexts: Contexts, profile: Path, server: Server) -> None:
-    context = _launch(playwright, profile, server)
-    contexts.seed(context, server.url)  # (kept on disk in the profile, as in a returning visitor's)
-    page = context.pages[0] if context.pages else context.new_page()
-    open_app(page)
-    sign(page, f"kill{uuid.uuid4().hex[:8]}", "a long password", signup=True)
-    new_chat(page)
-    context.close()  # (the session cookie is on disk now: the kill below is what is tested)
-
-
-def _reopened(playwright: Playwright, profile: Path, server: Server) -> tuple[BrowserContext, Page]:
-    context = _launch(playwright, profile, server)
-    page = context.pages[0] if context.pages else context.new_page()
-    open_app(page)
-    return context, page
-
-
-def test_what_was_typed_survives_the_browser_killed(playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str) -> None:
+def test_what_was_typed_survives_the_browser_killed(
+    playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str
+) -> None:
     """Killed as soon as the page says everything typed is saved, then killed 150 ms after the
     last key whatever the page says: whatever Python is doing (starting, saving the draft before),
     the page's own strict IndexedDB write has every character by then."""
     profile = tmp_path / "profile"
-    _signed_up_in_a_profile(playwright, contexts, profile, server)
-    context, page = _reopened(playwright, profile, server)
+    signed_up_in_a_profile(playwright, contexts, profile, server)
+    context, page = reopened(playwright, profile, server)
     text = "Every key counts, up to the last one typed!"
     page.get_by_role("textbox", name="Message").click()
     page.keyboard.type(text, delay=25)
     page.wait_for_function("() => document.body.dataset.drafts === 'saved'")  # (the page says so: it must be true)
-    _kill(profile, context)
+    kill(profile, context)
 
-    context, page = _reopened(playwright, profile, server)
+    context, page = reopened(playwright, profile, server)
     box = page.get_by_role("textbox", name="Message")
     expect(box).to_have_value(text, timeout=BOOT_TIMEOUT)
     box.click()
@@ -186,8 +103,8 @@ def test_what_was_typed_survives_the_browser_killed(playwright: Playwright, cont
     more = " And then the machine went down right after."
     page.keyboard.type(more, delay=25)
     page.wait_for_timeout(150)
-    _kill(profile, context)
+    kill(profile, context)
 
-    context, page = _reopened(playwright, profile, server)
+    context, page = reopened(playwright, profile, server)
     expect(page.get_by_role("textbox", name="Message")).to_have_value(text + more, timeout=BOOT_TIMEOUT)
     context.close()

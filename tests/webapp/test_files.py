@@ -282,4 +282,3 @@ async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_upl
         assert received[digest] == len(disk.kept[digest])  # every byte once
     assert set(received) <= sent
     client.store.close()
-
