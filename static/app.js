@@ -294,11 +294,12 @@ function attach(list) {
   dispatch("attach", { chat: box.dataset.chat, files: [...list].map(attachments.hold) }).catch(() => {});
 }
 
-function viewImage(button) {
+// The image at full size (the chat shows its thumbnail), from this device's IndexedDB.
+async function viewImage(button) {
   const dialog = document.getElementById("image-view");
   const img = document.getElementById("image-view-img");
   const shown = button.querySelector("img");
-  img.src = shown.src;
+  img.src = (await attachments.full(button.dataset.sha256).catch(() => "")) || shown.src;
   img.alt = shown.alt;
   dialog.setAttribute("aria-label", shown.alt);
   dialog.showModal(); // (Escape closes it)

@@ -4,10 +4,15 @@
 // a message refers to them. The upload engine reads them back a chunk at a time (read/size), and
 // a file another device sent is fetched from the server once and kept here, so it stays viewable
 // offline. A Blob in IndexedDB is stored by the browser on disk, not in the page's memory.
+//
+// An image is kept with a small thumbnail beside it (at most THUMB_PIXELS on its longer side,
+// made once when it is kept): the chat and the composer show the thumbnail, the dialog the image.
 
 const DB_NAME = "chat-attachments";
+const THUMB_PIXELS = 480; // (shown at up to 240 CSS pixels: sharp at 2 device pixels to one)
 const held = new Map(); // token -> File
-const urls = new Map(); // sha256 -> object URL (one per file for the page's life)
+const sizes = new Map(); // token -> [width, height] of a held image, once decoded
+const urls = new Map(); // sha256 -> object URL of what the page shows of it (one for the page's life)
 let heldCount = 0;
 
 function request(req) {
@@ -31,19 +36,51 @@ function database() {
   return opened;
 }
 
-async function put(sha256, blob, durability) {
+async function put(sha256, blob, thumb, durability) {
   const db = await database();
   const tx = db.transaction(["files"], "readwrite", { durability });
-  tx.objectStore("files").put({ blob, type: blob.type }, sha256);
+  tx.objectStore("files").put({ blob, type: blob.type, thumb }, sha256);
   await new Promise((resolve, reject) => {
     tx.oncomplete = resolve;
     tx.onerror = tx.onabort = () => reject(tx.error || new Error("IndexedDB transaction aborted"));
   });
 }
 
-async function stored(sha256) {
+async function record(sha256) {
   const db = await database();
-  return (await request(db.transaction(["files"], "readonly").objectStore("files").get(sha256)))?.blob ?? null;
+  return (await request(db.transaction(["files"], "readonly").objectStore("files").get(sha256))) ?? null;
+}
+
+async function stored(sha256) {
+  return (await record(sha256))?.blob ?? null;
+}
+
+// An image's size and its thumbnail (null when the image is small already: it is its own),
+// decoded once, off the page's thread (createImageBitmap); null for what is not an image.
+async function pictured(blob) {
+  if (!blob.type.startsWith("image/")) return null;
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(blob);
+  } catch {
+    return null; // (not an image this browser decodes)
+  }
+  const { width, height } = bitmap;
+  bitmap.close();
+  const scale = THUMB_PIXELS / Math.max(width, height);
+  if (scale >= 1 && blob.size <= 256 * 1024) return { size: [width, height], thumb: null };
+  const w = Math.max(1, Math.round(width * Math.min(1, scale)));
+  const h = Math.max(1, Math.round(height * Math.min(1, scale)));
+  const small = await createImageBitmap(blob, { resizeWidth: w, resizeHeight: h, resizeQuality: "medium" });
+  const canvas = new OffscreenCanvas(w, h);
+  canvas.getContext("2d").drawImage(small, 0, 0);
+  small.close();
+  return { size: [width, height], thumb: await canvas.convertToBlob({ type: "image/webp", quality: 0.85 }) };
+}
+
+function shownUrl(sha256, found) {
+  if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(found.thumb || found.blob));
+  return urls.get(sha256);
 }
 
 // A File from the picker, a drop or a paste: held until Python has kept it (release).
@@ -59,18 +96,16 @@ export async function slice(token, start, end) {
 
 export async function keep(token, sha256) {
   const file = held.get(token);
-  await put(sha256, new Blob([file], { type: file.type }), "strict");
+  const blob = new Blob([file], { type: file.type });
+  const image = await pictured(blob).catch(() => null);
+  if (image) sizes.set(token, image.size);
+  await put(sha256, blob, image?.thumb ?? null, "strict");
+  if (image?.thumb && !urls.has(sha256)) urls.set(sha256, URL.createObjectURL(image.thumb));
 }
 
+// A held image's width and height ([] when it is not an image this browser decodes).
 export async function imageSize(token) {
-  try {
-    const bitmap = await createImageBitmap(held.get(token));
-    const size = [bitmap.width, bitmap.height];
-    bitmap.close();
-    return size;
-  } catch {
-    return []; // (not an image this browser decodes)
-  }
+  return sizes.get(token) ?? [];
 }
 
 export function heldUrl(token, sha256) {
@@ -80,6 +115,7 @@ export function heldUrl(token, sha256) {
 
 export function release(token) {
   held.delete(token);
+  sizes.delete(token);
 }
 
 // For the upload engine: the stored file's size (-1: not on this device), and its bytes.
@@ -92,13 +128,14 @@ export async function read(sha256, offset, length) {
   return new Uint8Array(await blob.slice(offset, offset + length).arrayBuffer());
 }
 
-// An object URL of the file, from IndexedDB, or fetched from the server and kept there first:
-// [url, ""], or ["", "missing"] (the server does not have it: not uploaded yet), or
-// ["", "offline"]. (Strings only: Python reads them as they are.)
+// An object URL of what the page shows of the file (an image's thumbnail; the file itself),
+// from IndexedDB, or fetched from the server and kept there first: [url, ""], or ["", "missing"]
+// (the server does not have it: not uploaded yet), or ["", "offline"]. (Strings only: Python
+// reads them as they are.)
 export async function want(sha256) {
   if (urls.has(sha256)) return [urls.get(sha256), ""];
-  let blob = await stored(sha256);
-  if (!blob) {
+  let found = await record(sha256);
+  if (!found) {
     let response;
     try {
       response = await fetch(`/blobs/${sha256}`, { credentials: "same-origin" });
@@ -107,11 +144,22 @@ export async function want(sha256) {
     }
     if (response.status === 404) return ["", "missing"];
     if (!response.ok) return ["", "offline"];
-    blob = await response.blob();
-    await put(sha256, blob, "relaxed"); // (the server has it: a copy, kept for offline use)
+    const blob = await response.blob();
+    found = { blob, thumb: (await pictured(blob).catch(() => null))?.thumb ?? null };
+    await put(sha256, blob, found.thumb, "relaxed"); // (the server has it: a copy, kept for offline use)
   }
-  if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(blob));
-  return [urls.get(sha256), ""];
+  return [shownUrl(sha256, found), ""];
+}
+
+// An object URL of the whole file (an image at full size, for its dialog); "" if not here.
+const fullUrls = new Map();
+export async function full(sha256) {
+  if (!fullUrls.has(sha256)) {
+    const blob = await stored(sha256);
+    if (!blob) return "";
+    fullUrls.set(sha256, URL.createObjectURL(blob));
+  }
+  return fullUrls.get(sha256);
 }
 
 // Everything kept here, for an account about to be replaced or removed from this browser.
@@ -119,6 +167,7 @@ export async function clearAll() {
   const db = await database();
   const tx = db.transaction(["files"], "readwrite", { durability: "strict" });
   tx.objectStore("files").clear();
-  for (const url of urls.values()) URL.revokeObjectURL(url);
+  for (const url of [...urls.values(), ...fullUrls.values()]) URL.revokeObjectURL(url);
   urls.clear();
+  fullUrls.clear();
 }

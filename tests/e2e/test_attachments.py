@@ -55,6 +55,10 @@ def attach(page: Page, *files: dict[str, object]) -> None:
     chooser.value.set_files(files)  # type: ignore[arg-type]
 
 
+def natural_width(page: Page, selector: str) -> int:
+    return int(page.locator(selector).evaluate("img => img.complete ? img.naturalWidth : 0"))
+
+
 def image_shown(page: Page, name: str) -> bool:
     return bool(
         page.evaluate(
@@ -66,7 +70,7 @@ def image_shown(page: Page, name: str) -> bool:
 
 def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_device(contexts: Contexts, server: Server, load: str) -> None:
     username = f"files{uuid.uuid4().hex[:8]}"
-    picture = png(64, 48, seed=len(username) + int(uuid.uuid4().int % 200))
+    picture = png(1200, 900, seed=len(username) + int(uuid.uuid4().int % 200))
     notes = b"# notes\nsome text in a file\n" + uuid.uuid4().hex.encode()
     a_context = contexts.new(server.url)
     a = a_context.new_page()
@@ -102,6 +106,7 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     expect(message.get_by_role("button", name="Open cat.png")).to_be_visible()
     wait_until(a, lambda: image_shown(a, "cat.png"), "the image is shown from this device")
     expect(message.get_by_role("link", name="Download notes.md")).to_be_visible()
+    assert natural_width(a, "#messages img[alt='cat.png']") == 480  # its thumbnail, made once when kept
     expect(message.get_by_text("Waiting for the connection")).to_have_count(2)
     expect(a.get_by_role("button", name="Remove cat.png")).to_have_count(0)  # (the composer is clear)
 
@@ -134,6 +139,8 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     b.locator(".message", has_text="look at these").get_by_role("button", name="Open cat.png").click()
     dialog = b.get_by_role("dialog", name="cat.png")
     expect(dialog).to_be_visible()
+    assert natural_width(b, "#messages img[alt='cat.png']") == 480  # (made here too, when fetched)
+    wait_until(b, lambda: natural_width(b, "#image-view-img") == 1200, "the dialog shows the image at full size")
     b.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     assert bytes_received(server) - before == len(picture) + len(notes)  # (nothing sent twice)
