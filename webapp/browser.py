@@ -73,6 +73,9 @@ async def _store_chunks(writes: Writes) -> None:
     await js.chatHost.persist(json.dumps(writes))
 
 
+UNREACHABLE = "the server could not be reached"  # (a person reads it: "Not sent yet: …")
+
+
 async def _request(method: str, path: str, body: Any = None, raw: bool = False) -> Any:
     """One JSON request to our own origin; maps failures to the transport's exceptions. With
     ``raw``, a successful answer is given as its bytes (for pydantic to parse as it validates,
@@ -84,8 +87,8 @@ async def _request(method: str, path: str, body: Any = None, raw: bool = False) 
     try:
         response = await pyfetch(path, **kwargs)
         body_bytes = await response.bytes()
-    except Exception as e:  # fetch rejects with a TypeError on any network failure
-        raise NetworkError(str(e)) from None
+    except Exception:  # fetch rejects with a TypeError ("Failed to fetch") on any network failure
+        raise NetworkError(UNREACHABLE) from None
     if raw and response.status < 400:
         return body_bytes
     data = json.loads(body_bytes) if body_bytes else None
@@ -110,8 +113,8 @@ async def _blob_request(method: str, sha256: str, headers: dict[str, str], chunk
     try:
         response = await pyfetch(f"/blobs/{sha256}", **kwargs)
         body = await response.bytes()
-    except Exception as e:  # fetch rejects with a TypeError on any network failure
-        raise NetworkError(str(e)) from None
+    except Exception:  # fetch rejects with a TypeError ("Failed to fetch") on any network failure
+        raise NetworkError(UNREACHABLE) from None
     answer = {k.lower(): v for k, v in response.headers.items()}
     if response.status >= 400 and response.status != 404:
         raise blob_error(response.status, body, answer)
