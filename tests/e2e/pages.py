@@ -48,7 +48,8 @@ def new_chat(page: Page) -> None:
     page.get_by_role("button", name="New chat", exact=True).click()
     expect(page.locator(".chat-item")).to_have_count(before + 1)
     page.wait_for_function(
-        "() => document.getElementById('composer-text').dataset.chat === document.querySelector('.chat-item.selected')?.dataset.id"
+        "() => document.getElementById('composer-text').dataset.chat === "
+        "document.querySelector('.chat-item.selected')?.dataset.id"
     )
 
 

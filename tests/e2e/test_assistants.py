@@ -142,9 +142,8 @@ def test_the_local_assistant_answers_with_a_tool_while_offline(contexts: Context
 
     context.set_offline(False)
     expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)
-    token = api(server.url, "POST", "/auth/login", {"username": page.locator(".who").inner_text().split(" ")[0], "password": PASSWORD})[
-        "token"
-    ]
+    token = api(server.url, "POST", "/auth/login", {"username": page.locator(".who").inner_text().split(" ")[0],
+                                                    "password": PASSWORD})["token"]
     stored = api(server.url, "GET", "/sync/state", token=token)["snapshot"]["messages"]
     assert sorted(m["role"] for m in stored) == sorted(["user", "tool_call", "tool_result", "assistant"] * 2)
     context.close()

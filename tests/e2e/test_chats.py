@@ -222,3 +222,5 @@ def test_an_enter_that_ends_a_composition_does_not_send(contexts: Contexts, serv
     expect(messages(page).filter(has=page.get_by_text("にほんご", exact=True))).to_have_count(1)
     expect(box).to_have_value("")
     page.context.close()
+
+

@@ -56,14 +56,18 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
 @pytest.fixture(scope="module")
 def https_server(tmp_path_factory: pytest.TempPathFactory, certificate: Certificate) -> Iterator[Server]:
     data = tmp_path_factory.mktemp("https")
-    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", certfile=str(certificate.cert), keyfile=str(certificate.key))
+    server = Server(
+        f"sqlite:///{data / 'chat.db'}", data / "server.log", certfile=str(certificate.cert), keyfile=str(certificate.key)
+    )
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def named_browser(browser_type: BrowserType, browser_type_launch_args: dict[str, Any], certificate: Certificate) -> Iterator[Browser]:
+def named_browser(
+    browser_type: BrowserType, browser_type_launch_args: dict[str, Any], certificate: Certificate
+) -> Iterator[Browser]:
     """A Chromium that resolves HOST to 127.0.0.1 and trusts the test's certificate, as a device
     does once the certificate is installed: a context's ignore_https_errors alone lets pages load,
     but Chromium still refuses to register a service worker over a certificate error."""
@@ -77,7 +81,9 @@ def named_browser(browser_type: BrowserType, browser_type_launch_args: dict[str,
     browser.close()
 
 
-def test_over_https_the_app_is_a_secure_context_with_a_secure_cookie(named_browser: Browser, https_server: Server, server: Server) -> None:
+def test_over_https_the_app_is_a_secure_context_with_a_secure_cookie(
+    named_browser: Browser, https_server: Server, server: Server
+) -> None:
     context = named_browser.new_context(base_url=f"https://{HOST}:{https_server.port}", ignore_https_errors=True)
     page = context.new_page()
     sockets: list[str] = []

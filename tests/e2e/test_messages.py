@@ -114,12 +114,8 @@ def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(cont
     try:
         page = contexts.new(data_server.url, viewport={"width": 1000, "height": 700}).new_page()
         deltas = {"count": 0}
-        page.on(
-            "websocket",
-            lambda ws: ws.on(
-                "framereceived", lambda frame: deltas.update(count=deltas["count"] + ('"type":"delta"' in str(frame).replace(" ", "")))
-            ),
-        )
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: deltas.update(
+            count=deltas["count"] + ('"type":"delta"' in str(frame).replace(" ", "")))))
         sign_up(page)
 
         def wait_for_deltas(count: int, at_the_bottom: bool = False) -> None:
@@ -301,8 +297,7 @@ def test_text_typed_while_the_assistants_arrive_stays_in_the_composer(contexts: 
     listed = [{"id": "demo", "name": "Demo", "kind": "remote", "model": "demo"},
               {"id": "big", "name": "A big model", "kind": "remote", "model": "big"}]  # fmt: skip
     page.wait_for_function(  # what was typed is saved (the draft of no chat yet)
-        "() => pyodide.runPython(\"chat_client.store.draft('')\") === 'typed right after signing in'"
-    )
+        "() => pyodide.runPython(\"chat_client.store.draft('')\") === 'typed right after signing in'")
     # The last keys, their save still under way as the list arrives; "right" selected.
     box.evaluate("box => { box.value += ', and more'; box.setSelectionRange(6, 11); }")
     for route in held:

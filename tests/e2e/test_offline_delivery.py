@@ -85,3 +85,5 @@ def assert_delivered_once(server: Server, username: str, texts: list[str]) -> No
     events = api(server.url, "GET", "/sync/updates?afterSeq=0", token=token)["events"]
     sent = Counter(e["payload"]["content"] for e in events if e["type"] == "MessageAppended")
     assert sent == Counter(texts), sent
+
+

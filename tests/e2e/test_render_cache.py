@@ -140,13 +140,9 @@ def test_a_message_sent_before_python_survives_a_reload_before_python(contexts: 
     box.press_sequentially("sent, then reloaded at once")
     box.press("Enter")
     messages = page.get_by_role("list", name="Messages")
-    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text(
-        "Saving on this device…"
-    )
+    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text("Saving on this device…")
     release = _reload_holding_python(page)  # (0 ms after the press: localStorage has it)
-    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text(
-        "Saving on this device…"
-    )
+    expect(messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))).to_contain_text("Saving on this device…")
     release()
     sent = messages.locator("li", has=page.get_by_text("sent, then reloaded at once", exact=True))
     expect(sent).to_have_count(1)

@@ -46,7 +46,9 @@ def test_the_app_works_under_its_content_security_policy(contexts: Contexts, ser
     expect(page.locator(".message.user td.align-center")).to_have_text("2")
     assert page.evaluate("getComputedStyle(document.querySelector('.message.user td.align-right')).textAlign") == "right"
     send(page, "Hello under a policy", assistant="demo")  # its tokens come over the live socket
-    expect(page.locator(".message.assistant.completed .content")).to_have_text(demo_answer("Hello under a policy", 2), timeout=30_000)
+    expect(page.locator(".message.assistant.completed .content")).to_have_text(
+        demo_answer("Hello under a policy", 2), timeout=30_000
+    )
     assert page.evaluate("chatHost.runPython('print(6 * 7)', 30)") == "42"  # Pyodide in the worker
     assert violations(page) == [] and console == []
 

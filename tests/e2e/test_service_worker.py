@@ -32,7 +32,9 @@ def own_static(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     running.stop()
 
 
-def test_a_first_visit_downloads_each_file_once_and_a_new_version_installs(browser: Browser, own_static: tuple[Server, Path]) -> None:
+def test_a_first_visit_downloads_each_file_once_and_a_new_version_installs(
+    browser: Browser, own_static: tuple[Server, Path]
+) -> None:
     server, static = own_static
     with CountingProxy(server.port) as proxy:
         context = browser.new_context(base_url=proxy.url)

@@ -37,9 +37,7 @@ def test_an_ended_session_keeps_the_chats_and_signing_in_again_sends_what_was_wr
     page.context.clear_cookies()
     page.reload()
     page.wait_for_selector("body[data-ready=true]")
-    banner = page.get_by_role(
-        "form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again."
-    )
+    banner = page.get_by_role("form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again.")
     expect(banner).to_be_visible()
     expect(page.get_by_role("list", name="Messages")).to_contain_text("before the session ended")  # still shown
     send(page, "written while signed out")
@@ -67,9 +65,7 @@ def test_another_user_never_sees_nor_sends_the_first_users_unsent_changes(contex
     context.clear_cookies()  # the session ends while offline
     context.set_offline(False)
     first.evaluate("window.dispatchEvent(new Event('online'))")
-    banner = first.get_by_role(
-        "form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again."
-    )
+    banner = first.get_by_role("form", name="Your session has ended. Your chats stay here, and what you write is sent once you sign in again.")
     expect(banner).to_be_visible()
 
     second = signed_up(contexts, server)  # (in a context of its own: the second account exists)

@@ -35,7 +35,9 @@ class Device:
 
     def open(self) -> None:
         self.store = LocalStore(str(self.path), self.persistence)
-        self.engine = SyncEngine(self.store, self.transport, lambda: None, lambda s: None, min_backoff=0.01, max_backoff=0.05)
+        self.engine = SyncEngine(
+            self.store, self.transport, lambda: None, lambda s: None, min_backoff=0.01, max_backoff=0.05
+        )
 
     def reload(self) -> None:
         """The tab is closed and opened again: memory is lost, the database file stays (and what
@@ -72,3 +74,5 @@ async def signup(app: Quart) -> str:
     response = await app.test_client().post("/auth/signup", json={"username": "ann", "password": "long enough"})
     token: str = (await response.get_json())["token"]
     return token
+
+

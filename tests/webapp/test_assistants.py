@@ -144,13 +144,8 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     def client_on(path: Path) -> tuple[Client, FakePage]:
         view = FakePage()
         services = Services(
-            LocalStore(str(path), FilePersistence()),
-            view,
-            FakeAuth(),
-            OfflineTransport(),  # type: ignore[arg-type]
-            new_id,
-            lambda: T,
-            device_model=lambda url, model: DemoModel(seconds_per_word=0.01),
+            LocalStore(str(path), FilePersistence()), view, FakeAuth(), OfflineTransport(),  # type: ignore[arg-type]
+            new_id, lambda: T, device_model=lambda url, model: DemoModel(seconds_per_word=0.01),
             schedule_frame=view.schedule_frame,
         )
         return Client(services), view
@@ -179,9 +174,8 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     client.store.close()
     reloaded, view = client_on(tmp_path / "local.db")
     reloaded.start()
-    ended = await until(
-        lambda: (m := reloaded.store.message(reply_id)) is not None and m.status != "streaming" and m, "the reply is still streaming"
-    )
+    ended = await until(lambda: (m := reloaded.store.message(reply_id)) is not None and m.status != "streaming" and m,
+                        "the reply is still streaming")
     reloaded.stop()
     assert ended.status == "failed_upstream"
     [why] = [m for m in reloaded.store.messages(ended.chat_id) if m.parent_id == reply_id]
@@ -197,7 +191,8 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
     from webapp.app import Client, Services
     from webapp.sync import Status
 
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05, demo_seconds_per_word=0.001))
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05,
+                              demo_seconds_per_word=0.001))
     async with app.test_app():
         device = Device(app, await signup(app), tmp_path / "a.db")
         view = FakePage()

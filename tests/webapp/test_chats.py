@@ -213,34 +213,12 @@ async def test_the_index_follows_edits_deletes_remote_events_and_a_full_resync(t
     remote = Message(id="01900000-0000-7000-8000-000000000001", chat_id=chat_id, role="assistant",
                      content="gamma from elsewhere", created_at="2026-11-30T13:00:00.000Z")  # fmt: skip
     await client.store.apply_remote(
-        [
-            LoggedEvent(
-                seq=1,
-                event_id="01900000-0000-7000-8000-0000000000e1",
-                type=EventType.MESSAGE_APPENDED,
-                payload=remote,
-                created_at=remote.created_at,
-                origin="d2",
-            )
-        ]  # fmt: skip
+        [LoggedEvent(seq=1, event_id="01900000-0000-7000-8000-0000000000e1", type=EventType.MESSAGE_APPENDED,
+                     payload=remote, created_at=remote.created_at, origin="d2")]  # fmt: skip
     )
     assert found("gamma") == [remote.id]
-    chat = Chat(
-        id="01900000-0000-7000-8000-0000000000c1",
-        title="delta chat",
-        created_at="2026-11-30T13:00:00.000Z",
-        updated_at="2026-11-30T13:00:00.000Z",
-        last_seq=5,
-    )
-    other = remote.model_copy(
-        update={
-            "id": "01900000-0000-7000-8000-000000000002",
-            "chat_id": chat.id,
-            "content": "epsilon",
-            "last_seq": 5,
-            "updated_at": remote.created_at,
-        }
-    )
+    chat = Chat(id="01900000-0000-7000-8000-0000000000c1", title="delta chat", created_at="2026-11-30T13:00:00.000Z", updated_at="2026-11-30T13:00:00.000Z", last_seq=5)
+    other = remote.model_copy(update={"id": "01900000-0000-7000-8000-000000000002", "chat_id": chat.id, "content": "epsilon", "last_seq": 5, "updated_at": remote.created_at})
     await client.store.replace(Snapshot(chats=[chat], messages=[other]), 5)  # replace, never merge
     assert found("gamma") == [] and found("epsilon") == [other.id]
     assert [h.chat_id for h in client.store.search("delta")] == [chat.id]

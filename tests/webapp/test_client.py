@@ -163,7 +163,9 @@ async def test_drafts_the_page_kept_are_adopted_before_the_composer_is_drawn(tmp
     assert reloaded.store.drafted() == {chat}
 
 
-async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client, page = await signed_in(tmp_path)
 
     async def disk_full(event: object, **kwargs: object) -> None:
@@ -244,7 +246,8 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
 
 
 def logged(client: Client, seq: int, kind: EventType, payload: object, event_id: str | None = None) -> LoggedEvent:
-    return LoggedEvent(seq=seq, origin="server", event_id=event_id or client.s.new_id(), type=kind, payload=payload, created_at=T)  # type: ignore[arg-type]
+    return LoggedEvent(seq=seq, origin="server", event_id=event_id or client.s.new_id(), type=kind,
+                       payload=payload, created_at=T)  # type: ignore[arg-type]
 
 
 async def confirm_outbox(client: Client) -> int:

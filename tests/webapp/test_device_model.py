@@ -11,10 +11,12 @@ URL = "http://127.0.0.1:11434/v1/chat/completions"
 
 def test_each_failure_says_what_to_check() -> None:
     assert unreachable(URL) == (
-        f"{URL} could not be reached: check that the model's server is running at that address and that it allows this page's origin (CORS)"
+        f"{URL} could not be reached: check that the model's server is running at that address and "
+        "that it allows this page's origin (CORS)"
     )
     assert refused(URL, "llama3", 404) == (
-        f"{URL} answered HTTP 404 (not found): check the address (it usually ends in /v1) and that the model 'llama3' is installed there"
+        f"{URL} answered HTTP 404 (not found): check the address (it usually ends in /v1) and that "
+        "the model 'llama3' is installed there"
     )
     assert "asks for a key" in refused(URL, "llama3", 401) and "HTTP 403" in refused(URL, "llama3", 403)
     assert refused(URL, "llama3", 500) == "the model's server failed (HTTP 500): its own log says why"

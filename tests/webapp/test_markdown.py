@@ -107,7 +107,7 @@ XSS = [
     "&#60;script&#62;alert(1)&#60;/script&#62;",
     "<a href='http://x' onclick='alert(1)'>x</a>",
     "www.example.com/<script>alert(1)</script>",
-    'http://example.com/"onmouseover="alert(1)',
+    "http://example.com/\"onmouseover=\"alert(1)",
     "<meta http-equiv=refresh content=0;url=javascript:alert(1)>",
     "<link rel=stylesheet href=javascript:alert(1)>",
     "<base href=javascript:alert(1)//>",

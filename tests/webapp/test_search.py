@@ -14,7 +14,9 @@ from webapp.store import LocalStore
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
-operations = st.lists(st.tuples(st.sampled_from(["upsert", "delete", "retitle"]), st.integers(0, 5), texts), max_size=12)
+operations = st.lists(
+    st.tuples(st.sampled_from(["upsert", "delete", "retitle"]), st.integers(0, 5), texts), max_size=12
+)
 
 
 def check(store: LocalStore) -> None:

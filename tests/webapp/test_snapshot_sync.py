@@ -40,7 +40,9 @@ def ticking_clock() -> Any:
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
-    settings_ = Settings(database_url=database_url, compact_interval_seconds=0, rate_limit_per_minute=0, auth_rate_limit_per_minute=0)
+    settings_ = Settings(
+        database_url=database_url, compact_interval_seconds=0, rate_limit_per_minute=0, auth_rate_limit_per_minute=0
+    )
     app = create_app(settings_, clock=ticking_clock())
     async with app.test_app():
         yield app
@@ -115,7 +117,8 @@ def listed(device: Device) -> list[tuple[Any, ...]]:
     """What the UI lists: the chats in order, each with its messages in order, pending or not."""
     store = device.store
     return [
-        (c.id, c.title, is_pending(c), [(m.id, m.content, m.parent_id, is_pending(m)) for m in store.messages(c.id)]) for c in store.chats()
+        (c.id, c.title, is_pending(c), [(m.id, m.content, m.parent_id, is_pending(m)) for m in store.messages(c.id)])
+        for c in store.chats()
     ]
 
 

@@ -42,7 +42,9 @@ async def test_every_write_is_flushed_and_a_checkpoint_names_the_pages_it_rewrot
     assert checkpoint is not None
     after = path.read_bytes()
     size = checkpoint.page_size
-    changed = {n + 1 for n in range(len(after) // size) if before[n * size : (n + 1) * size] != after[n * size : (n + 1) * size]}
+    changed = {
+        n + 1 for n in range(len(after) // size) if before[n * size : (n + 1) * size] != after[n * size : (n + 1) * size]
+    }
     assert changed and changed <= checkpoint.pages  # every page the checkpoint rewrote is named
     wal = Path(str(path) + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0  # ...and the -wal was emptied

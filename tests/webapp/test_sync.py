@@ -41,7 +41,9 @@ async def server_state(device: Device) -> Snapshot:
 
 
 def shown(device: Device) -> list[tuple[str, bool]]:
-    return [(m.content, is_pending(m)) for c in device.store.chats() for m in device.store.messages(c.id)]
+    return [
+        (m.content, is_pending(m)) for c in device.store.chats() for m in device.store.messages(c.id)
+    ]
 
 
 async def test_two_devices_converge_on_the_server_state(app: Quart, tmp_path: Path) -> None:
@@ -113,7 +115,9 @@ async def test_a_rejected_event_is_rolled_back_to_the_confirmed_state(app: Quart
     assert a.store.confirmed() == await server_state(a)
 
 
-async def test_our_own_event_arriving_before_the_push_answer_is_not_left_pending(app: Quart, tmp_path: Path) -> None:
+async def test_our_own_event_arriving_before_the_push_answer_is_not_left_pending(
+    app: Quart, tmp_path: Path
+) -> None:
     token = await signup(app)
     a = Device(app, token, tmp_path / "a.db")
     await a.engine.pull()  # (the first sync of a new device is a snapshot, which carries no eventIds)
@@ -133,7 +137,9 @@ async def test_a_full_resync_replaces_and_keeps_pending_work(app: Quart, tmp_pat
     await a.sync()
     ghost = Chat(id=new_id(), title="ghost", created_at=T, updated_at=T, last_seq=1)
     # A row the server does not have sneaks into the confirmed state...
-    a.store.conn.execute("INSERT INTO confirmed_chats VALUES (?, ?, ?, ?, ?)", (ghost.id, "ghost", T, T, 1))
+    a.store.conn.execute(
+        "INSERT INTO confirmed_chats VALUES (?, ?, ?, ?, ?)", (ghost.id, "ghost", T, T, 1)
+    )
     await a.say(chat, "pending")
     await a.engine.resync()
     # ...and a resync replaces, never merges: it is gone, the pending message is still shown.

@@ -46,7 +46,9 @@ class SyncMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.dir = tempfile.TemporaryDirectory()
         root = Path(self.dir.name)
-        settings = Settings(database_url=f"sqlite:///{root / 'server.db'}", compact_interval_seconds=0, rate_limit_per_minute=0)
+        settings = Settings(
+            database_url=f"sqlite:///{root / 'server.db'}", compact_interval_seconds=0, rate_limit_per_minute=0
+        )
         self.app = create_app(settings, clock=ticking_clock())
         self.context = self.app.test_app()
         self.run(self.context.__aenter__())
@@ -252,7 +254,9 @@ class SyncMachine(RuleBasedStateMachine):
         for device in self.devices:
             assert device.store.pending_count() == 0
             assert as_state(device.store.confirmed()) == server
-            shown = {c.id for c in device.store.chats()}, {m.id for c in device.store.chats() for m in device.store.messages(c.id)}
+            shown = {c.id for c in device.store.chats()}, {
+                m.id for c in device.store.chats() for m in device.store.messages(c.id)
+            }
             assert shown == (set(server["chats"]), set(server["messages"]))
 
 
