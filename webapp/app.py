@@ -161,6 +161,8 @@ class Client:
             on_online=self._on_online,
         )
         self.files = Files(services.files, self._files_changed)
+        if (known := self.store.setting("max_file_bytes")) is not None:
+            self.files.max_file_bytes = int(known)  # (as the server last said)
         self.uploads = None if services.blobs is None else UploadEngine(
             self.store, services.transport, services.blobs, on_change=lambda sha256: self._files_changed()
         )
@@ -187,9 +189,21 @@ class Client:
     def _on_online(self) -> None:
         """Online again: the server's assistants are asked for (kept for offline starts)."""
         asyncio.ensure_future(self.choice.refresh()).add_done_callback(_log_failure)
+        asyncio.ensure_future(self._learn_file_limit()).add_done_callback(_log_failure)
         if self.uploads is not None:
             self.uploads.kick()
         self.files.online()
+
+    async def _learn_file_limit(self) -> None:
+        """The largest file the server takes (tus's Tus-Max-Size), kept for offline starts: a
+        file over it is refused when attached, not when its upload fails."""
+        try:
+            limit = await self.s.transport.blob_limit()
+        except (NetworkError, ServerError):
+            return
+        if limit is not None and str(limit) != self.store.setting("max_file_bytes"):
+            self.files.max_file_bytes = limit
+            await self.store.set_setting("max_file_bytes", str(limit))
 
     def online_again(self) -> None:
         """The browser says it is online: sync and uploads try now, not at their backoff's end."""

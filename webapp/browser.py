@@ -47,6 +47,7 @@ from webapp.transport import (
     blob_error,
     blob_progress,
     close_error,
+    max_size,
 )
 
 DB_PATH = "/data/chat.db"  # in Pyodide's in-memory FS, stored as chunks in IndexedDB by static/storage.js
@@ -169,6 +170,13 @@ class BrowserTransport:
     async def live(self, after_seq: int) -> BrowserLiveSocket:
         scheme = "wss" if js.location.protocol == "https:" else "ws"
         return BrowserLiveSocket(f"{scheme}://{js.location.host}/sync/live?afterSeq={after_seq}")
+
+    async def blob_limit(self) -> int | None:
+        try:
+            response = await pyfetch("/blobs", method="OPTIONS", credentials="same-origin", headers=TUS_HEADERS)
+        except Exception:  # (as _request)
+            raise NetworkError(UNREACHABLE) from None
+        return max_size({k.lower(): v for k, v in response.headers.items()})
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         status, headers = await _blob_request("HEAD", sha256, {})

@@ -57,6 +57,12 @@ class BlobHashMismatch(Exception):
 
 # Every blob request carries it (tus 1.0: the server refuses HEAD and PATCH without it).
 TUS_HEADERS = {"Tus-Resumable": "1.0.0"}
+
+
+def max_size(headers: dict[str, str]) -> int | None:
+    """The ``Tus-Max-Size`` of an answer to OPTIONS /blobs (header names lowercase)."""
+    value = headers.get("tus-max-size", "")
+    return int(value) if value.isdigit() else None
 CHUNK_TYPE = "application/offset+octet-stream"
 
 
@@ -129,6 +135,10 @@ class Transport(Protocol):
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse: ...
 
     async def live(self, after_seq: int) -> LiveSocket: ...
+
+    async def blob_limit(self) -> int | None:
+        """OPTIONS /blobs (tus): the largest file the server takes (``Tus-Max-Size``); None when
+        it does not say."""
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         """HEAD /blobs/{sha256}: (offset, length) of the account's upload (equal: the server has

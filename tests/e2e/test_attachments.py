@@ -187,17 +187,20 @@ def upstream() -> FakeUpstream:
 
 @pytest.fixture(scope="module")
 def seeing(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with two assistants on the fake upstream: one reads images, one does not."""
+    """A server with two assistants on the fake upstream, one reads images, one does not; and
+    files of at most 5 MB."""
     data = tmp_path_factory.mktemp("seeing")
     common = {"provider": "openai", "baseUrl": upstream.base_url, "model": "fake-1"}
     assistants = [{"id": "blind", "name": "Text model", **common}, {"id": "eyes", "name": "Vision model", "vision": True, **common}]
-    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", assistants=json.dumps(assistants))
+    server = Server(
+        f"sqlite:///{data / 'chat.db'}", data / "server.log", assistants=json.dumps(assistants), max_file_bytes=str(5 * 1024 * 1024)
+    )
     server.start()
     yield server
     server.stop()
 
 
-def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_one_that_does_not_is_named(
+def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_what_does_not_is_said_before_send(
     contexts: Contexts, seeing: Server, upstream: FakeUpstream
 ) -> None:
     page = contexts.page(seeing.url)
@@ -214,6 +217,8 @@ def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_one_that_do
     expect(files.get_by_role("status")).to_have_text("Text model does not read images: they are left out of what it is sent.")
     choice.select_option("eyes")
     expect(files.get_by_role("status")).to_have_count(0)
+    attach(page, {"name": "film.bin", "mimeType": "application/octet-stream", "buffer": bytes(6 * 1024 * 1024)})
+    expect(files.get_by_role("alert")).to_have_text("film.bin is 6.0 MB: the largest file the server takes is 5.0 MB.")
 
     asked = len(upstream.requests)
     send(page, "What does this chart say?", assistant="eyes")

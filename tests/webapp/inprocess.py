@@ -46,6 +46,7 @@ from webapp.transport import (
     blob_error,
     blob_progress,
     close_error,
+    max_size,
 )
 
 FRAME: TypeAdapter[Any] = TypeAdapter(Frame)
@@ -198,6 +199,12 @@ class InProcessTransport:
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         body = {"events": [e.wire() for e in events]}
         return SubmitResponse.model_validate(await self._call("POST", "/sync/events", body))
+
+    async def blob_limit(self) -> int | None:
+        if self.offline:
+            raise NetworkError("offline")
+        response = await self.client.options("/blobs", headers=TUS_HEADERS)
+        return max_size({k.lower(): v for k, v in response.headers.items()})
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         if self.offline:

@@ -34,7 +34,7 @@ class OfflineTransport:
     async def updates(self, *args: object) -> None:
         raise NetworkError("offline")
 
-    state = submit = live = assistants = blob_offset = blob_append = updates
+    state = submit = live = assistants = blob_limit = blob_offset = blob_append = updates
 
 
 class FakeAuth:

@@ -16,11 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from quart import Quart
 
+from server.app import create_app
 from shared.ids import Uuid7Generator
+from tests.waiting import until
 from tests.webapp.inprocess import InProcessTransport
 from tests.webapp.page import FakePage
 from tests.webapp.test_client import TICKS, FakeAuth, OfflineTransport
-from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern  # noqa: F401 (app: a fixture)
+from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern, settings_for  # noqa: F401 (app: a fixture)
 from webapp import uploads
 from webapp.app import Client, Services
 from webapp.database import FilePersistence
@@ -155,6 +157,21 @@ async def test_a_file_over_the_limit_is_refused_in_words_and_nothing_typed_is_lo
     assert 'role="alert"' in page.regions["composer-files"]
     assert not disk.kept and not disk.held and client.store.draft_files(chat) == []
     assert client.store.draft(chat) == "the report, attached"
+
+
+async def test_the_servers_largest_file_is_learnt_online_and_kept_for_offline_starts(database_url: str, tmp_path: Path) -> None:
+    small = create_app(settings_for(database_url, max_file_bytes=1000))
+    async with small.test_app():
+        _, token = await new_account(small)
+        disk = Disk()
+        client, page = await signed_in(tmp_path / "local.db", disk, InProcessTransport(small.test_client(use_cookies=False), token))
+        client._on_online()  # (as the sync engine calls it)
+        await until(lambda: client.files.max_file_bytes == 1000)
+    client.store.close()
+    client, page = client_on(tmp_path / "local.db", disk)  # offline from the start
+    client.start()
+    await attach(client, disk, bytes(1001), "big.bin", "application/octet-stream")
+    assert "big.bin is 1001 bytes: the largest file the server takes is 1000 bytes." in page.regions["composer-files"]
 
 
 async def test_an_assistant_that_does_not_read_images_is_named_before_send(tmp_path: Path) -> None:
