@@ -1,7 +1,7 @@
 // The bytes of attachments, which never go through Python's database or the event log: files
 // picked, dropped or pasted are held here under a token while Python hashes them (a slice at a
 // time: webapp/files.py), then kept in IndexedDB under their SHA-256, durably, before a draft or
-// a message refers to them. The upload engine reads them back a chunk at a time (read/size), and
+// a message refers to them. The upload engine sends them a chunk (a Blob slice) at a time, and
 // a file another device sent is fetched from the server once and kept here, so it stays viewable
 // offline. A Blob in IndexedDB is stored by the browser on disk, not in the page's memory.
 //
@@ -123,9 +123,10 @@ export async function size(sha256) {
   return (await stored(sha256))?.size ?? -1;
 }
 
+// A Blob of the bytes, not the bytes: fetch sends it from the browser's blob storage, and its
+// bytes never come into the page's memory or Python's.
 export async function read(sha256, offset, length) {
-  const blob = await stored(sha256);
-  return new Uint8Array(await blob.slice(offset, offset + length).arrayBuffer());
+  return (await stored(sha256)).slice(offset, offset + length);
 }
 
 // An object URL of what the page shows of the file (an image's thumbnail; the file itself),

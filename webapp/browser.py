@@ -49,6 +49,7 @@ from webapp.transport import (
     close_error,
     max_size,
 )
+from webapp.uploads import Chunk
 
 DB_PATH = "/data/chat.db"  # in Pyodide's in-memory FS, stored as chunks in IndexedDB by static/storage.js
 FRAME = TypeAdapter(Frame)
@@ -104,13 +105,13 @@ async def _request(method: str, path: str, body: Any = None, raw: bool = False) 
     return data
 
 
-async def _blob_request(method: str, sha256: str, headers: dict[str, str], chunk: bytes | None = None) -> tuple[int, dict[str, str]]:
+async def _blob_request(method: str, sha256: str, headers: dict[str, str], chunk: Any = None) -> tuple[int, dict[str, str]]:
     """One tus request to ``/blobs/{sha256}``: its status and headers (names lowercase), an error
     answer raised as the transport's exceptions (``blob_error``), 404 given back as it is. A
-    chunk goes as a Uint8Array (the page slices the file; here it is a copy of those bytes)."""
+    chunk is the Blob the page sliced from IndexedDB (PageBlobs), sent as it is."""
     kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin", "headers": {**TUS_HEADERS, **headers}}
     if chunk is not None:
-        kwargs["body"] = to_js(chunk)
+        kwargs["body"] = to_js(chunk) if isinstance(chunk, bytes) else chunk
     try:
         response = await pyfetch(f"/blobs/{sha256}", **kwargs)
         body = await response.bytes()
@@ -182,7 +183,7 @@ class BrowserTransport:
         status, headers = await _blob_request("HEAD", sha256, {})
         return None if status == 404 else blob_progress(headers)
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:
         headers = {"Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length)}
         status, answer = await _blob_request("PATCH", sha256, headers, chunk)
         if status == 404:
@@ -340,8 +341,9 @@ class PageBlobs:
         size = int(await js.chatFiles.size(sha256))
         return None if size < 0 else size
 
-    async def read(self, sha256: str, offset: int, length: int) -> bytes:
-        return bytes((await js.chatFiles.read(sha256, offset, length)).to_bytes())
+    async def read(self, sha256: str, offset: int, length: int) -> Chunk:
+        sliced = await js.chatFiles.read(sha256, offset, length)  # (a Blob: sent as it is)
+        return Chunk(int(sliced.size), sliced)
 
 
 def _next_frame(draw: Callable[[], None]) -> None:

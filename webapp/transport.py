@@ -144,8 +144,8 @@ class Transport(Protocol):
         """HEAD /blobs/{sha256}: (offset, length) of the account's upload (equal: the server has
         the file), or None when it has neither the file nor an upload of it."""
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
-        """PATCH /blobs/{sha256}: ``chunk`` at ``offset`` of a file of ``length`` bytes; the
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:
+        """PATCH /blobs/{sha256}: ``chunk`` (a ``Chunk``'s body) at ``offset`` of a file of ``length`` bytes; the
         server's new offset. Raises BlobOffsetMismatch (409), BlobTooLarge (413),
         BlobHashMismatch (422), and the usual Unauthorized, NetworkError, ServerError."""
 

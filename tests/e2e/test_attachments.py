@@ -26,6 +26,7 @@ from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, wait_f
 from tests.e2e.profiles import kill, launch, reopened, signed_up_in_a_profile
 from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
+from webapp.uploads import CHUNK_BYTES
 
 PASSWORD = "a long password"
 
@@ -234,8 +235,8 @@ def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_what_does_n
 def test_an_upload_cut_by_a_killed_browser_resumes_from_the_servers_offset(
     playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str
 ) -> None:
-    """Killed with half of a 10 MB file on the server (its sixth chunk held by the test, never
-    delivered), the browser opened again goes on from the server's offset: the person does not
+    """Killed with about half of a 10 MB file on the server (the next chunk held by the test,
+    never delivered), the browser opened again goes on from the server's offset: the person does not
     pick the file again, and no byte the server had is sent twice."""
     profile = tmp_path / "profile"
     signed_up_in_a_profile(playwright, contexts, profile, server)
@@ -246,26 +247,28 @@ def test_an_upload_cut_by_a_killed_browser_resumes_from_the_servers_offset(
     patches: list[int] = []
     held: list[Route] = []
 
-    def five_chunks_then_hold(route: Route) -> None:
+    passed = len(data) // 2 // CHUNK_BYTES  # chunks let through: about half of the file
+
+    def half_then_hold(route: Route) -> None:
         if route.request.method != "PATCH":
             route.continue_()
             return
         patches.append(int(route.request.headers["upload-offset"]))
-        if len(patches) <= 5:
+        if len(patches) <= passed:
             route.continue_()
         else:
             held.append(route)  # never answered: the browser is killed first
 
-    context.route(f"**/blobs/{digest}", five_chunks_then_hold)
+    context.route(f"**/blobs/{digest}", half_then_hold)
     before = bytes_received(server)
     attach(page, {"name": "video.bin", "mimeType": "application/octet-stream", "buffer": data})
     expect(page.get_by_role("button", name="Remove video.bin")).to_be_visible(timeout=30_000)
     page.locator("textarea[name=text]").fill("the whole video")
     page.locator("textarea[name=text]").press("Enter")
     expect(page.locator(".message", has_text="the whole video").get_by_text(re.compile(r"Uploading \d+%"))).to_be_visible()
-    wait_until(page, lambda: bool(held), "the sixth chunk is sent", timeout=60)
-    half = 5 * 1024 * 1024
-    assert patches[:6] == [n * 1024 * 1024 for n in range(6)]
+    wait_until(page, lambda: bool(held), "the chunk after the first half is sent", timeout=60)
+    half = passed * CHUNK_BYTES
+    assert patches[: passed + 1] == [n * CHUNK_BYTES for n in range(passed + 1)]
     assert bytes_received(server) - before == half
     kill(profile, context)
 

@@ -217,7 +217,7 @@ class InProcessTransport:
             raise blob_error(response.status_code, await response.get_data(), headers)
         return blob_progress(headers)
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:  # (a Chunk's body here)
         if self.offline:
             raise NetworkError("offline")
         headers = {

@@ -30,7 +30,7 @@ from webapp.files import OFFLINE, Files
 from webapp.store import LocalStore
 from webapp.sync import SyncEngine
 from webapp.transport import AssistantInfo, NetworkError
-from webapp.uploads import UploadEngine
+from webapp.uploads import Chunk, UploadEngine
 
 T = "2026-12-04T12:00:00.000Z"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(200)
@@ -76,8 +76,9 @@ class Disk:
         data = self.kept.get(sha256)
         return None if data is None else len(data)
 
-    async def read(self, sha256: str, offset: int, length: int) -> bytes:
-        return self.kept[sha256][offset : offset + length]
+    async def read(self, sha256: str, offset: int, length: int) -> Chunk:
+        data = self.kept[sha256][offset : offset + length]
+        return Chunk(len(data), data)
 
 
 class Listing(OfflineTransport):

@@ -27,9 +27,15 @@ from tests.webapp.devices import Device
 from tests.webapp.inprocess import InProcessTransport
 from webapp import uploads
 from webapp.transport import NetworkError, ServerError
-from webapp.uploads import CHUNK_BYTES, GONE, MAX_ATTEMPTS, NOT_THE_FILE, UploadEngine
+from webapp.uploads import GONE, MAX_ATTEMPTS, NOT_THE_FILE, Chunk, UploadEngine
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def chunks_of_one_mib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' files are a few chunks of 1 MiB (the engine's are 4 MiB: tests/bench/bench_attachments.py)."""
+    monkeypatch.setattr(uploads, "CHUNK_BYTES", MiB)
 USERS = itertools.count(1)
 
 
@@ -87,9 +93,10 @@ class Source:
         data = self.files.get(sha256)
         return None if data is None else len(data)
 
-    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+    async def read(self, sha256: str, offset: int, length: int) -> Chunk:
         self.reads.append((sha256, offset, length))
-        return self.files[sha256][offset : offset + length]
+        data = self.files[sha256][offset : offset + length]
+        return Chunk(len(data), data)
 
 
 class Network:
@@ -182,7 +189,7 @@ async def test_a_file_goes_in_chunks_and_the_server_then_has_it_whole(app: Quart
     assert await a.engine.upload_all()
     assert a.network.offsets == [0, MiB, 2 * MiB, 3 * MiB]
     assert a.network.received[sha(data)] == len(data)
-    assert max(length for _, _, length in a.source.reads) == CHUNK_BYTES  # never the whole file at once
+    assert max(length for _, _, length in a.source.reads) == MiB  # never the whole file at once
     state = a.store.upload_state(sha(data))
     assert (state.state, state.percent, state.sentence, state.error) == ("done", 100, "Uploaded", None)
     assert a.store.queued_uploads() == []

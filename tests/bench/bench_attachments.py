@@ -1,0 +1,236 @@
+"""Benchmark: attachments in Chromium (issue 20). Run on demand:
+
+    .venv/bin/python -m tests.bench.bench_attachments [--runs 3]
+
+Against the app with two trivial routes beside it (tests/bench/echo_server.py, on SQLite):
+
+- *attach*: a 10 MB image (a PNG of noise, so its bytes are 10 MB) attached offline, from the
+  file input's ``change`` event until its chip shows its thumbnail (decoded); then *sent*: from
+  the Enter key until the message shows the image. Median of ``--runs``.
+- *upload*: a 50 MB file sent online, from the Enter key until the server has it whole (the
+  message no longer says where its upload stands), beside the baseline measured in the same page
+  and run: one ``fetch`` PUT of the same 50 MB to a route that reads the body and drops it. The
+  ratio is upload throughput over the PUT's.
+- *memory*: the renderers' resident memory (the sum of VmRSS of Chromium's ``--type=renderer``
+  processes, sampled every 50 ms) while the 50 MB file is attached, hashed and uploaded, over
+  what it was before; as a multiple of the file's size.
+- *long tasks*: the page's long tasks (PerformanceObserver ``longtask``) from the attach of the
+  50 MB file until its upload ends: how many, how many over 50 ms, the longest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+import zlib
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+from server.config import ROOT
+from tests.e2e.conftest import playwright_config
+from tests.e2e.pages import open_app, sign
+from tests.processes import free_port
+
+MB = 1024 * 1024
+PASSWORD = "a long password"
+
+OBSERVE = """() => {
+  window.benchLongTasks = [];
+  new PerformanceObserver((list) => { for (const e of list.getEntries()) window.benchLongTasks.push(e.duration); })
+    .observe({ type: "longtask" });
+  document.addEventListener("change", (e) => { if (e.target.id === "attach-input") window.benchAttachAt = performance.now(); }, true);
+  document.addEventListener("keydown", (e) => { if (e.key === "Enter") window.benchSentAt = performance.now(); }, true);
+}"""
+
+CHIP_SHOWN = """(name) => {
+  const img = [...document.querySelectorAll('#composer-files img')].find((i) => i.alt === name);
+  return img && img.complete && img.naturalWidth > 0 ? performance.now() - window.benchAttachAt : null;
+}"""
+
+MESSAGE_SHOWN = """(name) => {
+  const img = [...document.querySelectorAll('#messages img')].find((i) => i.alt === name);
+  return img && img.complete && img.naturalWidth > 0 ? performance.now() - window.benchSentAt : null;
+}"""
+
+UPLOADED = """(text) => {
+  const li = [...document.querySelectorAll('#messages li.message')].find((m) => m.textContent.includes(text));
+  return li && li.querySelector('.files') && !li.querySelector('[data-upload]') ? performance.now() - window.benchSentAt : null;
+}"""
+
+PLAIN_PUT = """async (size) => {
+  const parts = [];
+  for (let left = size; left > 0; left -= 65536) parts.push(crypto.getRandomValues(new Uint8Array(Math.min(65536, left))));
+  const blob = new Blob(parts);
+  const started = performance.now();
+  const response = await fetch('/bench/put', { method: 'PUT', body: blob });
+  const { n } = await response.json();
+  if (n !== size) throw new Error(`the route read ${n} bytes of ${size}`);
+  return performance.now() - started;
+}"""
+
+
+def noise_png(size: int) -> bytes:
+    """A PNG of random pixels of about ``size`` bytes (stored, not compressed: noise does not)."""
+    side = int((size / 3) ** 0.5)
+    raw = b"".join(b"\x00" + os.urandom(side * 3) for _ in range(side))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 0)) + chunk(b"IEND", b"")
+
+
+def renderers_rss() -> int:
+    """The resident bytes of every Chromium renderer on this machine (the benchmark's only)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"--type=renderer" not in (entry / "cmdline").read_bytes():
+                continue
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+class Sampler:
+    """The most ``renderers_rss`` reached while it runs."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, renderers_rss())
+            time.sleep(0.05)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def attach(page: Page, name: str, mime: str, data: bytes) -> None:
+    """Picked with the file chooser (from a file: Playwright passes no buffer over 50 MB)."""
+    path = Path(tempfile.mkdtemp()) / name
+    path.write_bytes(data)
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Attach files").click()
+    chooser.value.set_files(path)
+
+
+def fresh_page(browser: object, url: str) -> Page:
+    context = browser.new_context(base_url=url)  # type: ignore[attr-defined]
+    page: Page = context.new_page()
+    open_app(page)
+    sign(page, f"bench{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    page.get_by_role("button", name="New chat").first.click()
+    page.evaluate(OBSERVE)
+    return page
+
+
+def image_run(browser: object, url: str, image: bytes) -> tuple[float, float]:
+    page = fresh_page(browser, url)
+    page.context.set_offline(True)
+    attach(page, "photo.png", "image/png", image)
+    shown = page.wait_for_function(CHIP_SHOWN, arg="photo.png", polling="raf", timeout=60_000).json_value()
+    page.locator("textarea[name=text]").fill("the photo")
+    page.locator("textarea[name=text]").press("Enter")
+    sent = page.wait_for_function(MESSAGE_SHOWN, arg="photo.png", polling="raf", timeout=60_000).json_value()
+    page.context.close()
+    return float(shown), float(sent)
+
+
+def upload_run(browser: object, url: str, size: int) -> dict[str, float]:
+    page = fresh_page(browser, url)
+    data = os.urandom(size)
+    page.wait_for_timeout(1000)  # (settled: the renderers' memory from here)
+    before = renderers_rss()
+    with Sampler() as sampler:
+        attach(page, "film.bin", "application/octet-stream", data)
+        page.get_by_role("button", name="Remove film.bin").wait_for(timeout=120_000)
+        page.locator("textarea[name=text]").fill("the film")
+        page.locator("textarea[name=text]").press("Enter")
+        upload = float(page.wait_for_function(UPLOADED, arg="the film", polling=20, timeout=300_000).json_value())
+    tasks = page.evaluate("() => window.benchLongTasks")
+    put = float(page.evaluate(PLAIN_PUT, size))
+    page.context.close()
+    return {
+        "upload": upload, "put": put, "growth": (sampler.peak - before) / size,
+        "tasks": len(tasks), "over50": sum(1 for t in tasks if t > 50), "longest": max(tasks, default=0.0),
+    }  # fmt: skip
+
+
+def wait_for(url: str) -> None:
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=["image", "upload"], default=None)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp())
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.echo_server", str(port), f"sqlite:///{folder / 'app.db'}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "wb"),  # noqa: SIM115
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        print(f"{time.strftime('%Y-%m-%d')}: Chromium at {playwright_config.CHROMIUM}, SQLite server, this machine")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(**playwright_config.LAUNCH_ARGS)
+            if args.only != "upload":
+                image = noise_png(10 * MB)
+                images = [image_run(browser, url, image) for _ in range(args.runs)]
+                shown = statistics.median(s for s, _ in images)
+                sent = statistics.median(t for _, t in images)
+                print(f"attach a {len(image) / MB:.1f} MB image offline -> chip with thumbnail: {shown:.0f} ms (median of {args.runs})")
+                print(f"sent -> message shown with the image: {sent:.0f} ms")
+            if args.only == "image":
+                return
+            size = 50 * MB
+            runs = [upload_run(browser, url, size) for _ in range(args.runs)]
+            upload = statistics.median(r["upload"] for r in runs)
+            put = statistics.median(r["put"] for r in runs)
+            print(f"upload 50 MB (Enter -> on the server): {upload:.0f} ms, {size / MB / upload * 1000:.0f} MB/s;"
+                  f" one plain PUT of 50 MB: {put:.0f} ms, {size / MB / put * 1000:.0f} MB/s; ratio {put / upload:.2f}")  # fmt: skip
+            print("renderers' memory while attaching and uploading 50 MB, over before: "
+                  + ", ".join(f"{r['growth']:.2f}x" for r in runs) + " the file")  # fmt: skip
+            print("long tasks from attach to uploaded: "
+                  + "; ".join(f"{r['tasks']:.0f} ({r['over50']:.0f} over 50 ms, longest {r['longest']:.0f} ms)" for r in runs))  # fmt: skip
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
