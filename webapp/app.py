@@ -33,7 +33,7 @@ from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
-from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, composer_files, message_files
+from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
@@ -319,7 +319,8 @@ class Client:
         chat_id = self.selected or ""
         attached = [] if self.editing is not None else self.store.draft_files(chat_id)
         refused = self._refused.get(chat_id, [])
-        self.view.set_html("composer-files", composer_files(attached, self.files, refused, self.choice.image_note()))
+        note = self.choice.image_note() if any_image(attached) else None  # (looked up only when needed: uploads redraw this)
+        self.view.set_html("composer-files", composer_files(attached, self.files, refused, note))
 
     def _files_changed(self) -> None:
         """A file's upload moved on, or the page can show a file now."""

@@ -152,6 +152,11 @@ def size_text(size: int) -> str:
     return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
 
 
+def any_image(attachments: list[Attachment]) -> bool:
+    """Whether an assistant that does not read images would miss some of these."""
+    return any(a.mime.startswith("image/") for a in attachments)
+
+
 def is_image(attachment: Attachment) -> bool:
     return attachment.mime.startswith("image/") and attachment.width is not None
 
@@ -177,7 +182,7 @@ def composer_files(attachments: list[Attachment], files: Files, refused: list[st
             f'aria-label="Remove {escape(a.name)}" title="Remove">×</button></li>'
         )
     chips += [f'<li class="chip refused" role="alert">{escape(reason)}</li>' for reason in refused]
-    if image_note and any(a.mime.startswith("image/") for a in attachments):
+    if image_note and any_image(attachments):
         chips.append(f'<li class="chip warning" role="status">{escape(image_note)}</li>')
     return "".join(chips)
 

@@ -57,13 +57,13 @@ class BlobHashMismatch(Exception):
 
 # Every blob request carries it (tus 1.0: the server refuses HEAD and PATCH without it).
 TUS_HEADERS = {"Tus-Resumable": "1.0.0"}
+CHUNK_TYPE = "application/offset+octet-stream"
 
 
 def max_size(headers: dict[str, str]) -> int | None:
     """The ``Tus-Max-Size`` of an answer to OPTIONS /blobs (header names lowercase)."""
     value = headers.get("tus-max-size", "")
     return int(value) if value.isdigit() else None
-CHUNK_TYPE = "application/offset+octet-stream"
 
 
 def blob_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
