@@ -28,9 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from shared.assistants import (
+    DEFAULT_SAMPLING,
     DemoModel,
     Model,
     Piece,
+    Sampling,
     Turn,
     UpstreamError,
     completion_pieces,
@@ -104,8 +106,8 @@ class OpenAIModel:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = timeout
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
-        body = completion_request(self.model, turns)
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
+        body = completion_request(self.model, turns, sampling)
         try:
             async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))) as client:
                 async with client.stream("POST", self.url, json=body, headers=self.headers) as response:

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from shared.continuation import GO_ON
 from shared.models import Attachment, DomainEvent, EventType, Message
 from shared.thread import Link, path_to
 
@@ -40,16 +41,37 @@ class Usage:
     estimated: bool = False
 
 
+FinishReason = Literal["stop", "length"]
+
+
+def finish_of(reported: object) -> FinishReason:
+    """A provider's ``finish_reason`` as an answer records it: ``length`` when the answer was cut
+    at its length limit, else ``stop`` (``content_filter``, ``tool_calls``, ... ended it too)."""
+    return "length" if reported == "length" else "stop"
+
+
 @dataclass(frozen=True)
 class Piece:
-    """A piece of the streamed answer, or (last) what the upstream reported it cost."""
+    """A piece of the streamed answer, or (at the end) why it ended and what it cost."""
 
     text: str = ""
     usage: Usage | None = None
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A preset's parameters for one request (None: the model's own default)."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+DEFAULT_SAMPLING = Sampling()
 
 
 class Model(Protocol):
-    def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+    def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
         """The answer to ``turns`` as it is generated. Raises UpstreamError when it fails."""
         ...
 
@@ -115,13 +137,19 @@ class DemoModel:
     seconds_per_word: float = 0.05
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
-        last = next((t for t in reversed(turns) if t.role == "user"), Turn("user", ""))
-        answer = demo_answer(last.content, sum(t.role == "user" for t in turns), last.attachments)
-        words = answer.split(" ")
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
+        # Asked to go on (shared/continuation.py), it writes its answer to the question again:
+        # the repeat of what was there is trimmed by whoever runs it, so the rest follows.
+        questions = [t for t in turns if t.role == "user" and t.content != GO_ON]
+        last = questions[-1] if questions else Turn("user", "")
+        words = demo_answer(last.content, len(questions), last.attachments).split(" ")
+        cut = sampling.max_tokens is not None and sampling.max_tokens < len(words)
+        if cut:
+            words = words[: sampling.max_tokens]
         for i, word in enumerate(words):
             await self.sleep(self.seconds_per_word)
             yield Piece(text=word if i == 0 else " " + word)
+        yield Piece(finish_reason="length" if cut else "stop")
         prompt = sum(len(t.content.split()) for t in turns)
         yield Piece(usage=Usage(prompt_tokens=prompt, completion_tokens=len(words), estimated=True))
 
@@ -157,13 +185,27 @@ def demo_answer(question: str, turn: int, attachments: tuple[Attachment, ...] = 
 # --- OpenAI-compatible chat completions, streamed (server-sent events) ----------------------------
 
 
-def completion_request(model: str, turns: list[Turn]) -> dict[str, Any]:
-    return {
+def completion_request(model: str, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": t.role, "content": list(t.parts) if t.parts else t.content} for t in turns],
         "stream": True,
         "stream_options": {"include_usage": True},  # the usage comes as a last chunk
     }
+    if sampling.temperature is not None:
+        body["temperature"] = sampling.temperature
+    if sampling.max_tokens is not None:
+        body["max_tokens"] = sampling.max_tokens
+    return body
+
+
+def continuing(turns: list[Turn], partial: str, prefill: bool) -> list[Turn]:
+    """What a model is sent to go on with ``partial``, its cut answer to ``turns``: the partial
+    answer as the last, unfinished assistant turn where the service continues it (``prefill``:
+    llama.cpp, Ollama, vLLM), else followed by a short user turn asking to go on without
+    repeating (what it repeats anyway is trimmed: shared/continuation.py)."""
+    extended = [*turns, Turn("assistant", partial)]
+    return extended if prefill else [*extended, Turn("user", GO_ON)]
 
 
 DONE = "[DONE]"
@@ -184,6 +226,8 @@ def completion_pieces(data: str) -> list[Piece] | None:
             text = (choice.get("delta") or {}).get("content")
             if text:
                 pieces.append(Piece(text=str(text)))
+            if choice.get("finish_reason"):
+                pieces.append(Piece(finish_reason=finish_of(choice["finish_reason"])))
         usage = chunk.get("usage")
         if usage:
             pieces.append(Piece(usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))))

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from pyodide.ffi import create_once_callable, create_proxy, to_js
 from pyodide.http import pyfetch
 
-from shared.assistants import Piece, Turn, UpstreamError, completion_pieces, completion_request
+from shared.assistants import DEFAULT_SAMPLING, Piece, Sampling, Turn, UpstreamError, completion_pieces, completion_request
 from shared.ids import Uuid7Generator
 from shared.models import (
     DomainEvent,
@@ -200,9 +200,9 @@ class FetchModel:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
         init = {"method": "POST", "headers": {"Content-Type": "application/json"}}
-        init["body"] = json.dumps(completion_request(self.model, turns))
+        init["body"] = json.dumps(completion_request(self.model, turns, sampling))
         try:
             response = await js.fetch(self.url, to_js(init, dict_converter=js.Object.fromEntries))
         except Exception:

@@ -23,7 +23,7 @@ from server.assistants import Assistant, AssistantConfig
 from server.config import Settings
 from server.run_store import SqlRunStore
 from server.runs import INTERRUPTED, RunWorker
-from shared.assistants import Piece, Turn
+from shared.assistants import DEFAULT_SAMPLING, Piece, Sampling, Turn
 from shared.models import DeltaFrame, DomainEvent, EventType, format_time
 from tests.fake_upstream import FakeUpstream, full_answer
 from tests.server.conftest import bearer, signup
@@ -424,7 +424,7 @@ class _HeldModel:
     def __init__(self) -> None:
         self.started, self.go = asyncio.Event(), asyncio.Event()
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
         yield Piece("Half an ")
         self.started.set()
         await self.go.wait()

@@ -3,6 +3,8 @@ chat-completions reading of its events (shared/assistants.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -61,15 +63,23 @@ def test_a_chat_completions_stream() -> None:
         'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
         'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\ndata: {"choices":[{"delta":{"cont',
         'ent":"lo"}}]}\n\n: keep-alive\n\n',
+        'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n',
         'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\ndata: [DONE]\n\n',
     )
     assert [completion_pieces(e.data) for e in events] == [
         [],
         [Piece(text="Hel")],
         [Piece(text="lo")],
+        [Piece(finish_reason="length")],
         [Piece(usage=Usage(5, 2))],
         None,
     ]
+
+
+@pytest.mark.parametrize(("reported", "recorded"), [("stop", "stop"), ("length", "length"), ("content_filter", "stop"), ("tool_calls", "stop")])
+def test_a_finish_reason_is_recorded_as_stop_or_length(reported: str, recorded: str) -> None:
+    data = json.dumps({"choices": [{"delta": {"content": "x"}, "finish_reason": reported}]})
+    assert completion_pieces(data) == [Piece(text="x"), Piece(finish_reason=recorded)]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("data", ["not json", "[1, 2]", '{"choices": [3]}', '{"choices": [{"delta": "x"}]}', '{"usage": 3}'])

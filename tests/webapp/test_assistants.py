@@ -15,7 +15,7 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.assistants import Piece, RunInput, Turn, UpstreamError
+from shared.assistants import DEFAULT_SAMPLING, Piece, RunInput, Sampling, Turn, UpstreamError
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
 from tests.waiting import until
@@ -223,7 +223,7 @@ class UnreachableModel:
     def __init__(self, base_url: str, model: str) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
         raise UpstreamError(device_model.unreachable(self.url))
         yield Piece()  # (a generator, as every model's stream)
 

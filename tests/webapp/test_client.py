@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.assistants import Piece, Turn
+from shared.assistants import DEFAULT_SAMPLING, Piece, Sampling, Turn
 from shared.ids import Uuid7Generator
 from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message, Session
 from tests.waiting import until
@@ -59,7 +59,7 @@ class EchoModel:
     def __init__(self) -> None:
         self.asked: list[list[Turn]] = []
 
-    async def stream(self, turns: list[Turn]) -> AsyncGenerator[Piece, None]:
+    async def stream(self, turns: list[Turn], sampling: Sampling = DEFAULT_SAMPLING) -> AsyncGenerator[Piece, None]:
         self.asked.append(turns)
         yield Piece(text=f"answer {len(self.asked)}")
 
