@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import CoreSchema, core_schema
 
 
@@ -185,11 +186,12 @@ class Message(Wire):
     # exactly the system message it was given. ``finish_reason`` and ``usage``: why the answer
     # ended and what it cost (null while it runs); a row holds the usage as one column of JSON
     # text, ``usage_json``, which pydantic-core parses itself (``Json``: a Python validator here
-    # made every message of a state page a third slower to parse, measured).
+    # made every message of a state page a third slower to parse, measured; not part of the wire
+    # shape, so not in /openapi.json).
     preset_id: Id | None = Field(default=None, exclude_if=_absent)
     instructions: Text | None = Field(default=None, max_length=MAX_SYSTEM_MESSAGE, exclude_if=_absent)
     finish_reason: FinishReason | None = Field(default=None, exclude_if=_absent)
-    usage: TokenUsage | Json[TokenUsage] | None = Field(
+    usage: TokenUsage | SkipJsonSchema[Json[TokenUsage]] | None = Field(
         default=None, exclude_if=_absent, validation_alias=AliasChoices("usage", "usage_json")
     )
 
