@@ -15,6 +15,7 @@ from quart import Quart, Request, Response
 from werkzeug.exceptions import HTTPException
 
 from server import auth
+from server.appender import run_of
 from server.assets import Assets
 from server.assistants import load_assistants
 from server.attachments import MAX_CHUNK_BYTES, Attachments
@@ -33,7 +34,6 @@ from server.routes import Parts, accounts, assets, blobs, operations, runs, sync
 from server.run_store import SqlRunStore
 from server.runs import RunWorker
 from server.store import Commit
-from shared.models import EventType
 
 
 def open_store(url: str, clock: Callable[[], datetime]) -> SqlEventStore:
@@ -101,10 +101,11 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         read what is new, and a requested run is looked at now rather than at the next poll."""
         hub.notify(commit.account_id, commit.current_seq)
         metrics.events_appended.inc(len(commit.accepted))
-        if any(e.type is EventType.ASSISTANT_RUN_REQUESTED for e in commit.accepted):
+        if any(run_of(e, store.serves) is not None for e in commit.accepted):
             worker.wake()
 
     store.on_commit = committed
+    store.serves = assistants.__contains__
     attachments.on_uploaded = lambda account_id: worker.wake()  # (a run may have waited for it)
     listener = PostgresListener(settings.database_url, hub) if store.db.dialect == "postgres" else None
     parts = Parts(

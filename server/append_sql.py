@@ -17,10 +17,10 @@ from typing import Protocol
 
 import pydantic_core
 
-from server.db import Param, Row, Tx, Value, integer, text
+from server.db import Param, Row, Tx, Value, integer, optional_text, text
 from server.store import Rejected
 from server.validation import AccountState, named_ids
-from shared.models import DomainEvent, RunRequest
+from shared.models import DomainEvent
 from shared.reducer import DeleteChildren, Mutation, Patch, Upsert
 from shared.schema import TABLES, Dialect, Sql, Table
 
@@ -71,7 +71,7 @@ async def lock_and_prefetch(
         lock, lock_params = _lock_sql(dialect, accounts)
         rows = await tx.fetchall(
             f"""WITH locked AS ({lock})
-            SELECT 'h', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM locked
+            SELECT 'h', account_id, NULL, CAST(head_seq AS TEXT), NULL, NULL, NULL FROM locked
             UNION ALL
             {_SEEN_HEADS}
             UNION ALL
@@ -159,7 +159,9 @@ async def write_if_heads_are(
 
 
 async def insert_runs(tx: Tx, rows: list[Row]) -> None:
-    """Each accepted AssistantRunRequested: a durable run, queued (the rows of the runs table)."""
+    """Each run an accepted event asks of this server (an ``AssistantRunRequested``, an
+    ``AssistantRunContinued``, a ``QueuedMessageSent`` with a run): a durable run, queued (the
+    rows of the runs table)."""
     await tx.executemany(
         "INSERT INTO runs (account_id, id, chat_id, message_id, assistant_id, requested_seq, requested_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -206,7 +208,9 @@ def _lock_sql(dialect: Dialect, ordered: list[str]) -> tuple[str, list[Param]]:
 
 
 # The accounts' heads as the reading statement's snapshot has them, as rows of the prefetch's shape.
-_SEEN_HEADS = "SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL FROM logs WHERE account_id = ANY(?::text[])"
+_SEEN_HEADS = (
+    "SELECT 's', account_id, NULL, CAST(head_seq AS TEXT), NULL, NULL, NULL FROM logs WHERE account_id = ANY(?::text[])"
+)
 
 
 def _heads(rows: list[Row], kind: str) -> dict[str, int]:
@@ -221,7 +225,7 @@ def _number(value: Value) -> int:
 def _states(group: Sequence[Batch], rows: list[Row]) -> dict[str, AccountState]:
     """The accounts' states from the prefetch read's rows (its other rows, heads, are skipped)."""
     states = {r.account_id: AccountState() for r in group}
-    for kind, account, key, value, status in rows:
+    for kind, account, key, value, status, role, run_id in rows:
         if kind in ("h", "s"):
             continue
         state = states[text(account)]
@@ -230,8 +234,12 @@ def _states(group: Sequence[Batch], rows: list[Row]) -> dict[str, AccountState]:
         elif kind == "m":
             state.messages[text(key)] = text(value)
             state.statuses[text(key)] = text(status)
+            state.roles[text(key)] = text(role)
+            state.message_runs[text(key)] = optional_text(run_id)
         elif kind == "r":
             state.runs.add(text(key))
+        elif kind == "p":
+            state.presets.add(text(key))
         else:
             state.chats.add(text(key))
     return states
@@ -243,34 +251,36 @@ def _prefetch_query(dialect: Dialect, group: Sequence[Batch]) -> tuple[str, list
     chat_pairs: set[tuple[str, str]] = set()
     message_pairs: set[tuple[str, str]] = set()
     run_pairs: set[tuple[str, str]] = set()
+    preset_pairs: set[tuple[str, str]] = set()
     for request in group:
-        chats, messages = named_ids(request.events)
-        event_pairs |= {(request.account_id, e.event_id) for e in request.events}
-        run_pairs |= {
-            (request.account_id, e.payload.run_id)
-            for e in request.events
-            if isinstance(e, DomainEvent) and isinstance(e.payload, RunRequest)
-        }
-        chat_pairs |= {(request.account_id, c) for c in chats}
-        message_pairs |= {(request.account_id, m) for m in messages}
+        named = named_ids(request.events)
+        account = request.account_id
+        event_pairs |= {(account, e.event_id) for e in request.events}
+        run_pairs |= {(account, r) for r in named.runs}
+        chat_pairs |= {(account, c) for c in named.chats}
+        message_pairs |= {(account, m) for m in named.messages}
+        preset_pairs |= {(account, p) for p in named.presets}
     in_events, event_params = _pairs_in(dialect, "account_id, event_id", sorted(event_pairs))
     in_messages, message_params = _pairs_in(dialect, "account_id, id", sorted(message_pairs))
     in_chats, chat_params = _pairs_in(dialect, "account_id, id", sorted(chat_pairs))
     # (Two branches for the chats, not one OR: an OR with a subquery scans the whole table.)
     in_messages_of_chats, _ = _pairs_in(dialect, "messages.account_id, messages.id", sorted(message_pairs))
     in_runs, run_params = _pairs_in(dialect, "account_id, id", sorted(run_pairs))
-    query = f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL FROM event_ids WHERE {in_events}
+    in_presets, preset_params = _pairs_in(dialect, "account_id, id", sorted(preset_pairs))
+    query = f"""SELECT 'e', account_id, event_id, CAST(seq AS TEXT), NULL, NULL, NULL FROM event_ids WHERE {in_events}
         UNION ALL
-        SELECT 'm', account_id, id, chat_id, status FROM messages WHERE {in_messages}
+        SELECT 'm', account_id, id, chat_id, status, role, run_id FROM messages WHERE {in_messages}
         UNION ALL
-        SELECT 'c', account_id, id, NULL, NULL FROM chats WHERE {in_chats}
+        SELECT 'c', account_id, id, NULL, NULL, NULL, NULL FROM chats WHERE {in_chats}
         UNION ALL
-        SELECT 'c', chats.account_id, chats.id, NULL, NULL FROM messages
+        SELECT 'c', chats.account_id, chats.id, NULL, NULL, NULL, NULL FROM messages
             JOIN chats ON chats.account_id = messages.account_id AND chats.id = messages.chat_id
             WHERE {in_messages_of_chats}
         UNION ALL
-        SELECT 'r', account_id, id, NULL, NULL FROM runs WHERE {in_runs}"""
-    return query, [*event_params, *message_params, *chat_params, *message_params, *run_params]
+        SELECT 'r', account_id, id, NULL, NULL, NULL, NULL FROM runs WHERE {in_runs}
+        UNION ALL
+        SELECT 'p', account_id, id, NULL, NULL, NULL, NULL FROM presets WHERE {in_presets}"""
+    return query, [*event_params, *message_params, *chat_params, *message_params, *run_params, *preset_params]
 
 
 def _leading_upsert_tables(runs: list[tuple[bool, list[tuple[str, Mutation]]]]) -> list[Table]:
@@ -320,11 +330,12 @@ def _shape(mutation: Mutation) -> tuple[object, ...]:
     return ()
 
 
+_PG_TYPES = {"integer": "bigint", "text": "text", "real": "double precision"}
+
+
 @functools.cache
 def _pg_upsert(table: Table, where: str = "") -> str:
-    columns = (("account_id", "text"),) + tuple(
-        (c.name, "bigint" if c.type == "integer" else "text") for c in table.columns
-    )
+    columns = (("account_id", "text"),) + tuple((c.name, _PG_TYPES[c.type]) for c in table.columns)
     updates = ", ".join(f"{c} = excluded.{c}" for c in table.column_names if c != "id")
     return (
         f"INSERT INTO {table.name} ({', '.join(n for n, _ in columns)}) {_from_json_rows(columns)} {where} "

@@ -32,7 +32,7 @@ from server.db import Database, Row, Tx
 from server.postgres_db import PostgresDatabase
 from server.store import Rejected
 from server.validation import AccountState, footprint, validation_error
-from shared.models import DomainEvent, EventResult, RunCancel, RunRequest, format_time
+from shared.models import DomainEvent, EventResult, QueuedSend, RunCancel, RunContinue, RunRequest, format_time
 from shared.reducer import Mutation, mutations
 
 # Transactions in flight at once per process: while one waits for its commit to reach the disk,
@@ -59,10 +59,32 @@ class _Plan:
     heads: dict[str, int] = field(default_factory=dict)  # the accounts' new heads
 
 
+def run_of(event: DomainEvent, serves: Callable[[str], bool]) -> tuple[str, str, str, str] | None:
+    """The run an accepted event asks of this server, as (run id, chat, reply, assistant), or
+    None: an ``AssistantRunRequested`` always (a run for an assistant this server lacks fails,
+    saying so); an ``AssistantRunContinued``, and a ``QueuedMessageSent`` with a run, when
+    ``serves`` its assistant (else the device whose assistant it is writes the answer)."""
+    payload = event.payload
+    if isinstance(payload, RunRequest):
+        return payload.run_id, payload.chat_id, payload.message_id, payload.assistant_id
+    if isinstance(payload, RunContinue) and serves(payload.assistant_id):
+        return payload.run_id, payload.chat_id, payload.message_id, payload.assistant_id
+    if (
+        isinstance(payload, QueuedSend)
+        and payload.run_id is not None
+        and payload.reply_id is not None
+        and payload.assistant_id is not None
+        and serves(payload.assistant_id)
+    ):
+        return payload.run_id, payload.chat_id, payload.reply_id, payload.assistant_id
+    return None
+
+
 class Appender:
-    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+    def __init__(self, db: Database, clock: Callable[[], datetime], serves: Callable[[str], bool] = lambda a: True) -> None:
         self._db = db
         self._clock = clock
+        self._serves = serves  # whether this server has the assistant of this id (server/assistants.py)
         self._queue: list[_Request] = []
         self._writers: set[asyncio.Task[None]] = set()  # (held: the loop keeps only weak references)
         self._draining = 0  # writers still taking from the queue
@@ -174,9 +196,9 @@ class Appender:
                      now, request.origin, where.entity, where.chat, where.kind)
                 )
                 plan.changes += [(account, m) for m in mutations(event.type, event.payload, seq, now)]
-                if isinstance(event.payload, RunRequest):
-                    p = event.payload
-                    plan.runs.append((account, p.run_id, p.chat_id, p.message_id, p.assistant_id, seq, now))
+                run = run_of(event, self._serves)
+                if run is not None:
+                    plan.runs.append((account, *run, seq, now))
                 state.apply(event)
                 state.logged[event.event_id] = seq
                 results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))

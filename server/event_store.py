@@ -36,10 +36,12 @@ from shared.models import (
     EventType,
     LoggedEvent,
     Message,
+    Preset,
+    Settings,
     Snapshot,
     format_time,
 )
-from shared.schema import CHATS, MESSAGES, Table
+from shared.schema import CHATS, MESSAGES, PRESETS, SETTINGS, TABLES, Table
 
 # A page of ``/sync/state`` with a next one has that next page read at once, while the client
 # takes this one (a new device asks for the next page only once it has parsed this one: without
@@ -52,12 +54,26 @@ AHEAD_SLICE = 500  # rows validated between two turns of the event loop (~2.5 ms
 AheadKey = tuple[str, int, str | None, int, str]
 
 
-# A page of ``/sync/state`` ends at a row; the token says which: its table, then its
-# (last_seq, id). Rows come newest-written first (last_seq descending), chats before messages,
-# so the chat list and the latest messages of the most recently active chats arrive first.
-# The key is fixed for every row of the snapshot at N (a row with last_seq <= N changes only by
-# leaving it, its last_seq becoming > N), so paging is complete and never repeats a row,
-# whatever is written between pages.
+# A page of ``/sync/state`` ends at a row; the token says which: its stage, then its (last_seq,
+# id). The settings and presets come first, then the chats, then the messages, each newest-written
+# first (last_seq descending), so the chat list and the latest messages of the most recently
+# active chats arrive first. The key is fixed for every row of the snapshot at N (a row with
+# last_seq <= N changes only by leaving it, its last_seq becoming > N), so paging is complete
+# and never repeats a row, whatever is written between pages.
+#
+# Last, the ``patched`` stage: the messages written after N whose latest change is a patch (an
+# AssistantRunCancelled, an AssistantRunContinued, a QueuedMessageSent), in their current
+# version, oldest-written first. The events after N only patch such a row, so a client that
+# had not got it from an earlier page would have no row to patch; a patch is applied only while
+# the row's status allows it, so applying it again to the row that already has it changes
+# nothing. (Oldest first, so a row patched again while these pages are read moves on to a page
+# still to come: none is missed.)
+PATCHED = "patched"
+STATE_TABLES = (SETTINGS, PRESETS, CHATS, MESSAGES)
+STAGES = (*(t.name for t in STATE_TABLES), PATCHED)
+PATCH_KINDS = ("patch", "keep")  # (server/validation.py, Footprint)
+
+
 def encode_page(table: str, last_seq: int, after_id: str) -> str:
     return base64.urlsafe_b64encode(json.dumps([table, last_seq, after_id]).encode()).decode()
 
@@ -68,7 +84,7 @@ def decode_page(token: str) -> tuple[str, int, str]:
     except (ValueError, TypeError):
         raise InvalidPage("page is not a token this server gave out") from None
     if (
-        table not in ("chats", "messages")
+        table not in STAGES
         or not isinstance(after_id, str)
         or not isinstance(last_seq, int)
         or isinstance(last_seq, bool)
@@ -81,6 +97,11 @@ def decode_page(token: str) -> tuple[str, int, str]:
 def _split(token: tuple[str, int, str]) -> tuple[str, tuple[int, str]]:
     return token[0], (token[1], token[2])
 
+
+# The messages a patch changed after a snapshot's seq (the ``patched`` stage): their latest
+# change's event is a patch (joined by its seq, the log's key).
+_PATCHED_FROM = f"""FROM messages AS m JOIN events AS e ON e.account_id = m.account_id AND e.seq = m.last_seq
+    WHERE m.account_id = ? AND m.last_seq > ? AND e.kind IN ({", ".join(f"'{k}'" for k in PATCH_KINDS)})"""
 
 CURSOR_WRITE_SECONDS = 30.0
 LOGGED_COLUMNS = "seq, event_id, type, payload, created_at, origin"
@@ -113,8 +134,11 @@ class SqlEventStore:
     def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
         self.db = db
         self._clock = clock
-        self._appender = Appender(db, clock)
+        self._appender = Appender(db, clock, lambda assistant_id: self.serves(assistant_id))
         self.on_commit: Callable[[Commit], None] = lambda commit: None  # (see EventStore.append)
+        # Whether this server has an assistant (the app's configured ones): a Continue or a queued
+        # message sent for one of them queues a run here (server/appender.py, ``run_of``).
+        self.serves: Callable[[str], bool] = lambda assistant_id: True
         self._cursor_written: dict[tuple[str, str], datetime] = {}
         self._ahead: dict[AheadKey, tuple[float, asyncio.Future[StatePage]]] = {}  # (time.monotonic() read)
         self._reading: set[asyncio.Future[StatePage]] = set()  # pages being read ahead, kept or let go
@@ -236,9 +260,8 @@ class SqlEventStore:
     ) -> StatePage:
         """``ahead``: a page read ahead, beside the requests being answered: SQLite's statements
         in a thread, and the rows taken a slice at a time, so that it never holds up a response."""
-        table_name, after = ("chats", None) if page is None else _split(decode_page(page))
-        chat_rows: list[dict[str, Value]] = []
-        message_rows: list[dict[str, Value]] = []
+        stage, after = (STAGES[0], None) if page is None else _split(decode_page(page))
+        found: dict[str, list[dict[str, Value]]] = {name: [] for name in STAGES}
         next_page: str | None = None
         total: int | None = None
         async with self.db.transaction(slow=ahead) as tx:
@@ -249,47 +272,60 @@ class SqlEventStore:
             if page is None:  # the first page says how many rows the snapshot holds
                 total = await self._count(tx, account_id, n, chat_id)
             remaining = limit
-            for table in (CHATS, MESSAGES):
-                if table_name == "messages" and table is CHATS:
-                    continue
-                start = after if table.name == table_name else None
-                rows = await self._rows(tx, table, account_id, n, chat_id, start, remaining + 1)
+            for name in STAGES[STAGES.index(stage) :]:
+                start = after if name == stage else None
+                if name == PATCHED:
+                    rows = await self._patched(tx, account_id, n, chat_id, start, remaining + 1)
+                else:
+                    rows = await self._rows(tx, TABLES[name], account_id, n, chat_id, start, remaining + 1)
                 if len(rows) > remaining:
                     rows = rows[:remaining]
                     if rows:
-                        next_page = encode_page(table.name, integer(rows[-1]["last_seq"]), text(rows[-1]["id"]))
+                        next_page = encode_page(name, integer(rows[-1]["last_seq"]), text(rows[-1]["id"]))
                     elif start is not None:
-                        next_page = encode_page(table.name, *start)
-                    else:  # no room left on this page for this table: it starts the next one
-                        next_page = encode_page(table.name, n + 1, "")
-                if table is CHATS:
-                    chat_rows = rows
-                else:
-                    message_rows = rows
+                        next_page = encode_page(name, *start)
+                    else:  # no room left on this page for this stage: it starts the next one
+                        next_page = encode_page(name, n if name == PATCHED else n + 1, "")
+                found[name] = rows
                 remaining -= len(rows)
                 if next_page is not None:
                     break
-        chats = [Chat.model_validate(r) for r in chat_rows]
+        message_rows = found[MESSAGES.name] + found[PATCHED]
         messages: list[Message] = []
         step = AHEAD_SLICE if ahead else max(len(message_rows), 1)
         for i in range(0, len(message_rows), step):
             if ahead:
                 await asyncio.sleep(0)
             messages += [Message.model_validate(r) for r in message_rows[i : i + step]]
-        return StatePage(Snapshot(chats=chats, messages=messages), n, head, next_page, total)
+        snapshot = Snapshot(
+            chats=[Chat.model_validate(r) for r in found[CHATS.name]],
+            messages=messages,
+            settings=[Settings.model_validate(r) for r in found[SETTINGS.name]],
+            presets=[Preset.model_validate(r) for r in found[PRESETS.name]],
+        )
+        return StatePage(snapshot, n, head, next_page, total)
+
+    @staticmethod
+    def _mine(table: Table, chat_id: str | None) -> str:
+        """The condition that keeps a table's rows to one chat's ("" for every chat)."""
+        if chat_id is None:
+            return ""
+        return " AND id = ?" if table is CHATS else " AND chat_id = ?"
 
     @staticmethod
     async def _count(tx: Tx, account_id: str, up_to_seq: int, chat_id: str | None) -> int:
         total = 0
-        for table in (CHATS, MESSAGES):
-            where = "account_id = ? AND last_seq <= ?"
-            params: list[Param] = [account_id, up_to_seq]
-            if chat_id is not None:
-                where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
-                params.append(chat_id)
+        params: list[Param] = [account_id, up_to_seq]
+        if chat_id is not None:
+            params.append(chat_id)
+        for table in STATE_TABLES:
+            if chat_id is not None and table in (SETTINGS, PRESETS):
+                continue  # (no chat's)
+            where = "account_id = ? AND last_seq <= ?" + SqlEventStore._mine(table, chat_id)
             row = await tx.fetchone(f"SELECT count(*) FROM {table.name} WHERE {where}", *params)
             total += integer(row[0]) if row is not None else 0
-        return total
+        row = await tx.fetchone(f"SELECT count(*) {_PATCHED_FROM}{' AND m.chat_id = ?' if chat_id else ''}", *params)
+        return total + (integer(row[0]) if row is not None else 0)
 
     @staticmethod
     async def _rows(
@@ -303,6 +339,8 @@ class SqlEventStore:
     ) -> list[dict[str, Value]]:
         """Rows of the snapshot at ``up_to_seq`` after the key ``after`` (last_seq, id),
         in descending order of that key (the index on (account_id, last_seq) serves it)."""
+        if chat_id is not None and table in (SETTINGS, PRESETS):
+            return []  # (one chat's state holds no account's rows)
         # The range starts at the last row sent (not at up_to_seq, with the rows before it left
         # out one by one: that made each page cost as much as every page before it).
         where = "account_id = ? AND last_seq <= ?"
@@ -311,11 +349,33 @@ class SqlEventStore:
             where += " AND (last_seq < ? OR id < ?)"  # (last_seq <= after's: ties by id)
             params += [after[0], after[1]]
         if chat_id is not None:
-            where += " AND id = ?" if table is CHATS else " AND chat_id = ?"
+            where += SqlEventStore._mine(table, chat_id)
             params.append(chat_id)
         cols = table.column_names
         rows = await tx.fetchall(
             f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where} ORDER BY last_seq DESC, id DESC LIMIT ?",
+            *params,
+            limit,
+        )
+        return [dict(zip(cols, row)) for row in rows]
+
+    @staticmethod
+    async def _patched(
+        tx: Tx, account_id: str, up_to_seq: int, chat_id: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[dict[str, Value]]:
+        """The messages written after ``up_to_seq`` whose latest change is a patch, after the key
+        ``after`` (last_seq, id), in ascending order of that key (see ``PATCHED``)."""
+        where = ""
+        params: list[Param] = [account_id, up_to_seq]
+        if chat_id is not None:
+            where += " AND m.chat_id = ?"
+            params.append(chat_id)
+        if after is not None:
+            where += " AND (m.last_seq > ? OR (m.last_seq = ? AND m.id > ?))"
+            params += [after[0], after[0], after[1]]
+        cols = MESSAGES.column_names
+        rows = await tx.fetchall(
+            f"SELECT {', '.join('m.' + c for c in cols)} {_PATCHED_FROM}{where} ORDER BY m.last_seq, m.id LIMIT ?",
             *params,
             limit,
         )
@@ -335,8 +395,9 @@ class SqlEventStore:
         """One pass over an account's log (docs/protocol.md, "Deliberate differences from the seed", 3).
 
         1. Superseded events older than the grace period go: a non-delete event of an entity that
-           a later full event or delete replaced, or of a message whose chat was deleted later.
-           Cursors stay valid: the later event carries the entity's state.
+           a later full event or delete replaced (but a ``keep`` event: several rows' change), or
+           of a message whose chat was deleted later. Cursors stay valid: the later event carries
+           the entity's state.
         2. Everything below the retention horizon goes: just above the newest event older than the
            retention window, held lower by the cursor of any device seen within that window.
            Cursors below it expire (``CursorExpired``): those clients do a full resync.
@@ -354,14 +415,14 @@ class SqlEventStore:
                 """DELETE FROM events WHERE account_id = ? AND seq IN (
                     SELECT seq FROM (
                         SELECT seq, kind, entity, chat, created_at,
-                            max(CASE WHEN kind <> 'patch' THEN seq END)
+                            max(CASE WHEN kind IN ('full', 'delete') THEN seq END)
                                 OVER (PARTITION BY entity) AS replaced_at,
                             max(CASE WHEN kind = 'delete' AND entity = chat THEN seq END)
                                 OVER (PARTITION BY chat) AS chat_deleted_at
                         FROM events WHERE account_id = ?
                     ) AS log
                     WHERE kind <> 'delete' AND created_at < ?
-                        AND (seq < replaced_at OR (entity <> chat AND seq < chat_deleted_at)))""",
+                        AND ((kind <> 'keep' AND seq < replaced_at) OR (entity <> chat AND seq < chat_deleted_at)))""",
                 account_id,
                 account_id,
                 grace_cutoff,

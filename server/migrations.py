@@ -4,7 +4,7 @@ A store applies, at start-up and in order, every migration not yet recorded in i
 ``schema_migrations`` table, each in its own transaction. Never edit a released migration: add one.
 Each holds its own DDL, written out (the dialects differ only in the type of big integers), so a
 database made today and one migrated from any earlier release are the same. The state tables
-(``chats``, ``messages``) are also defined in ``shared.schema``, which the reducer's SQL is made
+(``chats``, ``messages``, ``presets``, ``settings``) are also defined in ``shared.schema``, which the reducer's SQL is made
 from: tests/server/test_migrations.py checks that every migration run in order gives the tables it
 renders, on SQLite and PostgreSQL; a change there needs a migration here.
 """
@@ -122,9 +122,34 @@ def _attachments(dialect: Dialect) -> list[str]:
     ]
 
 
+def _instructions(dialect: Dialect) -> list[str]:
+    big = "BIGINT" if dialect == "postgres" else "INTEGER"
+    real = "DOUBLE PRECISION" if dialect == "postgres" else "REAL"
+    return [
+        # A chat's layer of instructions and its preset; what a reply was given and how it ended
+        # (shared/schema.py): each NULL when there is none, as on every row made before.
+        "ALTER TABLE chats ADD COLUMN instructions TEXT",
+        "ALTER TABLE chats ADD COLUMN preset_id TEXT",
+        "ALTER TABLE messages ADD COLUMN preset_id TEXT",
+        "ALTER TABLE messages ADD COLUMN instructions TEXT",
+        "ALTER TABLE messages ADD COLUMN finish_reason TEXT",
+        "ALTER TABLE messages ADD COLUMN usage_json TEXT",
+        # The account's presets, and its settings (one row).
+        f"""CREATE TABLE IF NOT EXISTS presets (account_id TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL,
+            assistant_id TEXT, instructions TEXT NOT NULL, temperature {real}, max_tokens {big},
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_seq {big} NOT NULL, PRIMARY KEY (account_id, id))""",
+        "CREATE INDEX IF NOT EXISTS presets_account_id_last_seq ON presets (account_id, last_seq)",
+        f"""CREATE TABLE IF NOT EXISTS settings (account_id TEXT NOT NULL, id TEXT NOT NULL, instructions TEXT NOT NULL,
+            default_preset_id TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_seq {big} NOT NULL,
+            PRIMARY KEY (account_id, id))""",
+        "CREATE INDEX IF NOT EXISTS settings_account_id_last_seq ON settings (account_id, last_seq)",
+    ]
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_initial", _initial),
     Migration("0002_runs", _runs),
     Migration("0003_runs_usage_estimated", _runs_usage_estimated),
     Migration("0004_attachments", _attachments),
+    Migration("0005_instructions", _instructions),
 ]

@@ -1,4 +1,5 @@
-"""``python -m server export|import --user NAME``: an account's chats as a file, and back
+"""``python -m server export|import --user NAME``: an account's chats (and its settings and
+presets) as a file, and back
 (the format and the events are ``shared/transfer.py``'s, the same as the browser's).
 
 Both go through the code the API uses, on SQLite and PostgreSQL alike: the export is the state
@@ -28,7 +29,8 @@ from server.config import Settings
 from server.event_store import SqlEventStore
 from server.store import Account, Rejected
 from server.validation import content_error
-from shared.models import Chat, DomainEvent, EventResult, format_time
+from shared.models import Chat, DomainEvent, EventResult, Message, Preset, format_time
+from shared.models import Settings as SettingsRow
 from shared.transfer import Export, batches, export_of, import_events
 
 # The origin of imported events in the log (a device's id, for the events of a device).
@@ -50,7 +52,8 @@ async def export_account(settings: Settings, username: str, out: BinaryIO, with_
             return UNKNOWN_USER
         page = await store.read_state(account.id, None, None, EVERYTHING, None)
         assert page.next_page is None
-        export = export_of(page.snapshot.chats, page.snapshot.messages, format_time(utc_now()))
+        snapshot = page.snapshot
+        export = export_of(snapshot.chats, snapshot.messages, format_time(utc_now()), snapshot.settings, snapshot.presets)
         text = (export.model_dump_json(by_alias=True) + "\n").encode()
         files = 0
         if not with_files:
@@ -67,7 +70,7 @@ async def export_account(settings: Settings, username: str, out: BinaryIO, with_
                         files += 1
     out.flush()
     also = f", {files} files" if with_files else ""
-    print(f"exported {len(export.chats)} chats, {len(export.messages)} messages{also} of {username}", file=sys.stderr)
+    print(f"exported {len(export.chats)} chats, {len(export.messages)} messages{_more(export)}{also} of {username}", file=sys.stderr)
     return 0
 
 
@@ -114,10 +117,12 @@ async def import_account(settings: Settings, username: str, source: BinaryIO) ->
         problems = _problems(e) if isinstance(e, ValidationError) else str(e)
         print(f"cannot import: this is not a chat export (python -m server export writes one): {problems}", file=sys.stderr)
         return NOT_AN_EXPORT
-    events = import_events(export, format_time(utc_now()))
     async with _opened(settings, username, "import") as (store, attachments, account):
         if account is None:
             return UNKNOWN_USER
+        # (the settings come first in the state: one row is enough to know)
+        has_settings = bool((await store.read_state(account.id, None, None, 1, None)).snapshot.settings)
+        events = import_events(export, format_time(utc_now()), has_settings)
         restored = 0
         for sha256, data in sorted(files.items()):
             if await _restored(attachments, account.id, sha256, data):
@@ -168,26 +173,39 @@ def _checked(event: DomainEvent, max_content_chars: int) -> DomainEvent | Reject
 
 def _report(export: Export, events: list[DomainEvent], results: list[EventResult]) -> int:
     """The summary on stderr (and each refused event); the exit status."""
-    accepted = {"chats": 0, "messages": 0}
+    accepted = {"chats": 0, "messages": 0, "presets": 0, "settings": 0}
     duplicates = rejected = 0
     for event, result in zip(events, results, strict=True):
-        noun = "chat" if isinstance(event.payload, Chat) else "message"
+        noun = _NOUNS.get(type(event.payload), "message")
         if result.status == "accepted":
-            accepted[noun + "s"] += 1
+            accepted[noun + "s" if noun != "settings" else noun] += 1
         elif result.status == "duplicate":
             duplicates += 1
         else:
             rejected += 1
             print(f"rejected {noun} {event.entity_id()}: {result.error}", file=sys.stderr)
-    skipped = len({m.id for m in export.messages}) - sum(not isinstance(e.payload, Chat) for e in events)
+    skipped = len({m.id for m in export.messages}) - sum(isinstance(e.payload, Message) for e in events)
     if skipped:
         print(f"skipped {skipped} messages whose chat is not in the file", file=sys.stderr)
+    more = ""
+    if export.presets or export.settings:
+        more = f", {accepted['presets']} presets" + (", the settings" if accepted["settings"] else "")
     print(
-        f"imported {accepted['chats']} chats, {accepted['messages']} messages"
+        f"imported {accepted['chats']} chats, {accepted['messages']} messages{more}"
         f" ({duplicates} duplicates, {rejected} rejected)",
         file=sys.stderr,
     )
     return SOME_REJECTED if rejected else 0
+
+
+_NOUNS: dict[type, str] = {Chat: "chat", Message: "message", Preset: "preset", SettingsRow: "settings"}
+
+
+def _more(export: Export) -> str:
+    """The presets and settings an export holds, when it holds any, for its summary."""
+    if not export.presets and not export.settings:
+        return ""
+    return f", {len(export.presets)} presets" + (", the settings" if export.settings else "")
 
 
 def _problems(error: ValidationError, most: int = 3) -> str:

@@ -8,8 +8,19 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    Json,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import CoreSchema, core_schema
 
 
@@ -95,22 +106,33 @@ UNFINISHED: tuple[Status, ...] = ("queued", "streaming")
 ENDED: tuple[Status, ...] = tuple(s for s in get_args(Status) if s not in UNFINISHED)
 
 
+# The longest instructions of one layer (the account's, a preset's, a chat's), and the longest
+# system message: the three layers joined by blank lines (shared/instructions.py).
+MAX_INSTRUCTIONS = 4000
+MAX_SYSTEM_MESSAGE = 3 * MAX_INSTRUCTIONS + 2 * len("\n\n")
+_MAX_WIRE_INT = 2**53 - 1
+
+
+def _absent(value: object) -> bool:
+    return value is None or value == ()
+
+
 class Chat(Wire):
     id: Id
     title: Text = Field(max_length=500)
     created_at: Timestamp
     updated_at: Timestamp | None = None  # filled by the server
     last_seq: int | None = None  # filled by the server
+    # The chat's layer of instructions, and the preset it uses (null: none; a preset that is
+    # gone counts as none). Left out of the JSON when null, so a chat without them is the JSON
+    # it always was (an older client reads it, an older event still parses).
+    instructions: Text | None = Field(default=None, max_length=MAX_INSTRUCTIONS, exclude_if=_absent)
+    preset_id: Id | None = Field(default=None, exclude_if=_absent)
 
 
 # An attachment's id is the SHA-256 of its bytes, in lowercase hex.
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 MAX_ATTACHMENTS = 32  # per message
-_MAX_WIRE_INT = 2**53 - 1
-
-
-def _absent(value: object) -> bool:
-    return value is None or value == ()
 
 
 class Attachment(Wire):
@@ -125,6 +147,20 @@ class Attachment(Wire):
     size: int = Field(ge=0, le=_MAX_WIRE_INT)
     width: int | None = Field(default=None, ge=0, le=1_000_000, exclude_if=_absent)
     height: int | None = Field(default=None, ge=0, le=1_000_000, exclude_if=_absent)
+
+
+# Why an answer ended: the provider's ``finish_reason`` (``stop``: it was done; ``length``: cut at
+# the length limit), a Stop (``cancelled``) or a failure (``failed``).
+FinishReason = Literal["stop", "length", "cancelled", "failed"]
+
+
+class TokenUsage(Wire):
+    """What an answer cost, as the provider reported it; ``estimated``: the provider's own
+    estimate, not a tokenizer's count (the demo model counts words)."""
+
+    prompt_tokens: int = Field(ge=0, le=_MAX_WIRE_INT)
+    completion_tokens: int = Field(ge=0, le=_MAX_WIRE_INT)
+    estimated: bool = False
 
 
 class Message(Wire):
@@ -144,6 +180,20 @@ class Message(Wire):
     created_at: Timestamp
     updated_at: Timestamp | None = None  # filled by the server
     last_seq: int | None = None  # filled by the server
+    # Each left out of the JSON when null (as ``attachments`` when empty): a message without them
+    # is the JSON it always was. ``preset_id``: on a reply, the preset it was answered under; on
+    # a queued user message, the one chosen when it was written. ``instructions``: on a reply,
+    # exactly the system message it was given. ``finish_reason`` and ``usage``: why the answer
+    # ended and what it cost (null while it runs); a row holds the usage as one column of JSON
+    # text, ``usage_json``, which pydantic-core parses itself (``Json``: a Python validator here
+    # made every message of a state page a third slower to parse, measured; not part of the wire
+    # shape, so not in /openapi.json).
+    preset_id: Id | None = Field(default=None, exclude_if=_absent)
+    instructions: Text | None = Field(default=None, max_length=MAX_SYSTEM_MESSAGE, exclude_if=_absent)
+    finish_reason: FinishReason | None = Field(default=None, exclude_if=_absent)
+    usage: TokenUsage | SkipJsonSchema[Json[TokenUsage]] | None = Field(
+        default=None, exclude_if=_absent, validation_alias=AliasChoices("usage", "usage_json")
+    )
 
     # A row of the ``messages`` table (shared/schema.py) holds the attachments as one column of
     # JSON text, ``attachments_json`` (NULL: none): a row read back validates as a Message. (A
@@ -162,6 +212,47 @@ class Message(Wire):
         if not self.attachments:
             return None
         return json.dumps([a.wire() for a in self.attachments], separators=(",", ":"))
+
+    @property
+    def usage_json(self) -> str | None:
+        """The ``usage_json`` column of this message's row: the usage's JSON, or None."""
+        return None if self.usage is None else json.dumps(self.usage.wire(), separators=(",", ":"))
+
+    @property
+    def is_queued_follow_up(self) -> bool:
+        """A user message queued while an answer is being written: not part of the chat's
+        conversation until a ``QueuedMessageSent`` sends it."""
+        return self.role == "user" and self.status == "queued"
+
+
+class Preset(Wire):
+    """A named bundle of an assistant, instructions and parameters, chosen for a chat."""
+
+    id: Id
+    name: Text = Field(min_length=1, max_length=100)
+    assistant_id: Text | None = Field(default=None, min_length=1, max_length=200)
+    instructions: Text = Field(default="", max_length=MAX_INSTRUCTIONS)
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    created_at: Timestamp
+    updated_at: Timestamp | None = None  # filled by the server
+    last_seq: int | None = None  # filled by the server
+
+
+# The id of an account's one ``Settings`` row (any other is refused).
+SETTINGS_ID = "00000000-0000-7000-8000-000000000000"
+
+
+class Settings(Wire):
+    """What an account sets for all its chats: its layer of instructions, and the preset a new
+    chat takes."""
+
+    id: Id
+    instructions: Text = Field(default="", max_length=MAX_INSTRUCTIONS)
+    default_preset_id: Id | None = None
+    created_at: Timestamp
+    updated_at: Timestamp | None = None  # filled by the server
+    last_seq: int | None = None  # filled by the server
 
 
 # --- Event payloads that are not whole entities ------------------------------------------------
@@ -182,11 +273,50 @@ class RunRequest(Wire):
     parent_id: Id | None = None
     message_id: Id
     assistant_id: Text = Field(min_length=1, max_length=200)
+    # The preset the answer is given under, and an explicit system message used as it is
+    # (Regenerate and Retry pass the earlier answer's). Left out of the JSON when null.
+    preset_id: Id | None = Field(default=None, exclude_if=_absent)
+    instructions: Text | None = Field(default=None, max_length=MAX_SYSTEM_MESSAGE, exclude_if=_absent)
 
 
 class RunCancel(Wire):
     run_id: Id
     message_id: Id
+
+
+class RunContinue(Wire):
+    """Continue an ended reply: a new run that appends to its text."""
+
+    run_id: Id
+    chat_id: Id
+    message_id: Id
+    assistant_id: Text = Field(min_length=1, max_length=200)
+
+
+class PresetRef(Wire):
+    id: Id
+
+
+class QueuedSend(Wire):
+    """The queued user message ``message_id`` is sent now, following ``parent_id``, and (with a
+    ``run_id``) answered by a run whose reply is ``reply_id``. The optional fields are left out of
+    the JSON when null."""
+
+    message_id: Id
+    chat_id: Id
+    parent_id: Id | None = None
+    run_id: Id | None = Field(default=None, exclude_if=_absent)
+    reply_id: Id | None = Field(default=None, exclude_if=_absent)
+    assistant_id: Text | None = Field(default=None, min_length=1, max_length=200, exclude_if=_absent)
+    preset_id: Id | None = Field(default=None, exclude_if=_absent)
+
+    @model_validator(mode="after")
+    def _a_run_has_a_reply_and_an_assistant(self) -> QueuedSend:
+        if (self.run_id is None) != (self.reply_id is None):
+            raise ValueError("runId and replyId come together (a run writes a reply)")
+        if self.run_id is not None and self.assistant_id is None:
+            raise ValueError("a run needs an assistantId")
+        return self
 
 
 class EventType(StrEnum):
@@ -201,6 +331,12 @@ class EventType(StrEnum):
     TOOL_CALL_FAILED = "ToolCallFailed"
     ASSISTANT_RUN_REQUESTED = "AssistantRunRequested"
     ASSISTANT_RUN_CANCELLED = "AssistantRunCancelled"
+    SETTINGS_UPDATED = "SettingsUpdated"
+    PRESET_CREATED = "PresetCreated"
+    PRESET_UPDATED = "PresetUpdated"
+    PRESET_DELETED = "PresetDeleted"
+    ASSISTANT_RUN_CONTINUED = "AssistantRunContinued"
+    QUEUED_MESSAGE_SENT = "QueuedMessageSent"
 
 
 PAYLOAD_MODELS: dict[EventType, type[Wire]] = {
@@ -215,6 +351,12 @@ PAYLOAD_MODELS: dict[EventType, type[Wire]] = {
     EventType.TOOL_CALL_FAILED: Message,
     EventType.ASSISTANT_RUN_REQUESTED: RunRequest,
     EventType.ASSISTANT_RUN_CANCELLED: RunCancel,
+    EventType.SETTINGS_UPDATED: Settings,
+    EventType.PRESET_CREATED: Preset,
+    EventType.PRESET_UPDATED: Preset,
+    EventType.PRESET_DELETED: PresetRef,
+    EventType.ASSISTANT_RUN_CONTINUED: RunContinue,
+    EventType.QUEUED_MESSAGE_SENT: QueuedSend,
 }
 
 # The role a tool event's message must have; other message events may carry any role.
@@ -224,7 +366,7 @@ REQUIRED_ROLE: dict[EventType, Role] = {
     EventType.TOOL_CALL_FAILED: "error",
 }
 
-Payload = Chat | Message | ChatRef | MessageRef | RunRequest | RunCancel
+Payload = Chat | Message | ChatRef | MessageRef | RunRequest | RunCancel | Settings | Preset | PresetRef | RunContinue | QueuedSend
 
 
 class DomainEvent(Wire):
@@ -260,9 +402,10 @@ class DomainEvent(Wire):
         return self
 
     def entity_id(self) -> str:
-        """The id of the row this event changes (the message for run events)."""
+        """The id of the row this event changes (the message for run events; the queued message
+        for ``QueuedMessageSent``)."""
         payload = self.payload
-        if isinstance(payload, (RunRequest, RunCancel)):
+        if isinstance(payload, (RunRequest, RunCancel, RunContinue, QueuedSend)):
             return payload.message_id
         return payload.id
 
@@ -324,6 +467,9 @@ class UpdatesResponse(Wire):
 class Snapshot(Wire):
     chats: list[Chat]
     messages: list[Message]
+    # The account's settings (none or one) and presets; absent from an older server: none.
+    settings: list[Settings] = []
+    presets: list[Preset] = []
 
 
 class StateResponse(Wire):
@@ -331,7 +477,7 @@ class StateResponse(Wire):
     up_to_seq: int
     current_seq: int
     next_page: str | None = None
-    # On the first page (no ``page``), how many rows (chats and messages) the whole snapshot
+    # On the first page (no ``page``), how many rows (of every kind) the whole snapshot
     # holds, for a client's progress; null on later pages (docs/protocol.md, "GET /sync/state").
     total: int | None = None
 

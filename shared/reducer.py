@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from shared.models import (
+    ENDED,
     UNFINISHED,
     Chat,
     ChatRef,
@@ -18,8 +19,13 @@ from shared.models import (
     LoggedEvent,
     Message,
     MessageRef,
+    Preset,
+    PresetRef,
+    QueuedSend,
     RunCancel,
+    RunContinue,
     RunRequest,
+    Settings,
 )
 
 
@@ -60,23 +66,33 @@ Mutation = Upsert | Delete | DeleteChildren | Patch
 
 # A run can only be cancelled while it has not ended.
 CANCELLABLE = UNFINISHED
+# A reply can only be continued once it has ended (Continue is the one way to reopen it).
+CONTINUABLE = ENDED
+# A queued user message is sent once: the event that sends it changes it only while it is queued.
+SENDABLE = ("queued",)
+
+Entity = Chat | Message | Preset | Settings
 
 
 # ``last_seq`` of a row that only a still-pending local event made: below every real seq.
 PENDING_SEQ = 0
 
 
-def row_of(entity: Chat | Message) -> dict[str, Any]:
-    """The entity as its table's row holds it: a message's attachments are one column of JSON
-    (shared/schema.py), which ``Message.model_validate`` of the row reads back."""
+def row_of(entity: Entity) -> dict[str, Any]:
+    """The entity as its table's row holds it: a message's attachments and usage are each one
+    column of JSON (shared/schema.py), which ``Message.model_validate`` of the row reads back."""
     row = entity.model_dump()
+    for name in type(entity).model_fields:  # (a field left out of the JSON when empty is still a column)
+        row.setdefault(name, None)
     if isinstance(entity, Message):
         row.pop("attachments", None)
         row["attachments_json"] = entity.attachments_json
+        row.pop("usage", None)
+        row["usage_json"] = entity.usage_json
     return row
 
 
-def _row(entity: Chat | Message, seq: int, at: str) -> dict[str, Any]:
+def _row(entity: Entity, seq: int, at: str) -> dict[str, Any]:
     row = row_of(entity)
     row["updated_at"] = at
     row["last_seq"] = seq
@@ -117,6 +133,8 @@ def mutations(kind: EventType, payload: Any, seq: int, at: str) -> list[Mutation
             return [Delete("messages", payload.id)]
         case EventType.ASSISTANT_RUN_REQUESTED:
             assert isinstance(payload, RunRequest)
+            # The reply names the preset it is answered under from the start, and an explicit
+            # system message (which its run then uses as it is) is on it from the start too.
             message = Message(
                 id=payload.message_id,
                 chat_id=payload.chat_id,
@@ -127,11 +145,46 @@ def mutations(kind: EventType, payload: Any, seq: int, at: str) -> list[Mutation
                 assistant_id=payload.assistant_id,
                 run_id=payload.run_id,
                 created_at=at,
+                preset_id=payload.preset_id,
+                instructions=payload.instructions,
             )
             return [Upsert("messages", _row(message, seq, at))]
         case EventType.ASSISTANT_RUN_CANCELLED:
             assert isinstance(payload, RunCancel)
             values = {"status": "cancelled", "updated_at": at, "last_seq": seq}
             return [Patch("messages", payload.message_id, values, CANCELLABLE)]
+        case EventType.SETTINGS_UPDATED:
+            assert isinstance(payload, Settings)
+            return [Upsert("settings", _row(payload, seq, at))]
+        case EventType.PRESET_CREATED | EventType.PRESET_UPDATED:
+            assert isinstance(payload, Preset)
+            return [Upsert("presets", _row(payload, seq, at))]
+        case EventType.PRESET_DELETED:
+            assert isinstance(payload, PresetRef)
+            return [Delete("presets", payload.id)]  # (what names it keeps the id: a missing preset is none)
+        case EventType.ASSISTANT_RUN_CONTINUED:
+            assert isinstance(payload, RunContinue)
+            # The text stays: the continuation appends to it.
+            values = {"status": "queued", "run_id": payload.run_id, "finish_reason": None, "updated_at": at, "last_seq": seq}
+            return [Patch("messages", payload.message_id, values, CONTINUABLE)]
+        case EventType.QUEUED_MESSAGE_SENT:
+            assert isinstance(payload, QueuedSend)
+            values = {"status": "completed", "parent_id": payload.parent_id, "updated_at": at, "last_seq": seq}
+            sent: list[Mutation] = [Patch("messages", payload.message_id, values, SENDABLE)]
+            if payload.run_id is not None and payload.reply_id is not None:
+                reply = Message(
+                    id=payload.reply_id,
+                    chat_id=payload.chat_id,
+                    role="assistant",
+                    content="",
+                    parent_id=payload.message_id,
+                    status="queued",
+                    assistant_id=payload.assistant_id,
+                    run_id=payload.run_id,
+                    preset_id=payload.preset_id,
+                    created_at=at,
+                )
+                sent.append(Upsert("messages", _row(reply, seq, at)))
+            return sent
         case _:  # (a new event type fails type-checking here until it is handled above)
             assert_never(kind)

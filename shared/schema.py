@@ -23,7 +23,7 @@ Dialect = Literal["sqlite", "postgres"]
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: Literal["text", "integer"]
+    type: Literal["text", "integer", "real"]
     nullable: bool = False
 
 
@@ -46,6 +46,9 @@ CHATS = Table(
         Column("created_at", "text"),
         Column("updated_at", "text"),
         Column("last_seq", "integer"),
+        # The chat's layer of instructions, and its preset (added by a migration: last).
+        Column("instructions", "text", nullable=True),
+        Column("preset_id", "text", nullable=True),
     ),
     indexes=(("last_seq",),),
 )
@@ -66,15 +69,50 @@ MESSAGES = Table(
         Column("last_seq", "integer"),
         # The message's attachments (references, never bytes) as JSON text; NULL: none.
         Column("attachments_json", "text", nullable=True),
+        # What an answer was given and how it ended (shared/models.py, Message); its usage as JSON text.
+        Column("preset_id", "text", nullable=True),
+        Column("instructions", "text", nullable=True),
+        Column("finish_reason", "text", nullable=True),
+        Column("usage_json", "text", nullable=True),
     ),
     indexes=(("last_seq",), ("chat_id", "last_seq"), ("chat_id", "created_at")),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (CHATS, MESSAGES)}
+PRESETS = Table(
+    "presets",
+    (
+        Column("id", "text"),
+        Column("name", "text"),
+        Column("assistant_id", "text", nullable=True),
+        Column("instructions", "text"),
+        Column("temperature", "real", nullable=True),
+        Column("max_tokens", "integer", nullable=True),
+        Column("created_at", "text"),
+        Column("updated_at", "text"),
+        Column("last_seq", "integer"),
+    ),
+    indexes=(("last_seq",),),
+)
+
+# One row per account (its id is always shared.models.SETTINGS_ID).
+SETTINGS = Table(
+    "settings",
+    (
+        Column("id", "text"),
+        Column("instructions", "text"),
+        Column("default_preset_id", "text", nullable=True),
+        Column("created_at", "text"),
+        Column("updated_at", "text"),
+        Column("last_seq", "integer"),
+    ),
+    indexes=(("last_seq",),),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (CHATS, MESSAGES, PRESETS, SETTINGS)}
 
 _TYPES: dict[Dialect, dict[str, str]] = {
-    "sqlite": {"text": "TEXT", "integer": "INTEGER"},
-    "postgres": {"text": "TEXT", "integer": "BIGINT"},
+    "sqlite": {"text": "TEXT", "integer": "INTEGER", "real": "REAL"},
+    "postgres": {"text": "TEXT", "integer": "BIGINT", "real": "DOUBLE PRECISION"},
 }
 
 

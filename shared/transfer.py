@@ -1,16 +1,21 @@
 """Export and import of an account's chats: one file format for the browser and the operator's CLI.
 
-An export is the account's chats and messages exactly as ``GET /sync/state`` gives them (lastSeq
-and updatedAt included, for the record). Importing it is submitting ``import_events(export)``
-through ``POST /sync/events`` (or the store's append, which that route uses): a ``ChatCreated``
-per chat, then a ``MessageAppended`` per message. Nothing else: no ``AssistantRunRequested``
-(that would start runs), and a reply still ``queued`` or ``streaming`` in the file arrives
-``cancelled`` (no run exists for it where it is imported).
+An export is the account's chats and messages, and its settings and presets, exactly as ``GET
+/sync/state`` gives them (lastSeq and updatedAt included, for the record); the settings and
+presets are left out when there are none (such a file is the one older versions wrote, and a file
+without them still imports). Importing it is submitting ``import_events(export)`` through ``POST
+/sync/events`` (or the store's append, which that route uses): a ``SettingsUpdated`` (only into an
+account that has no settings yet), a ``PresetCreated`` per preset, a ``ChatCreated`` per chat,
+then a ``MessageAppended`` per message. Nothing else: no ``AssistantRunRequested`` (that would
+start runs), a reply still ``queued`` or ``streaming`` in the file arrives ``cancelled`` (no run
+exists for it where it is imported; its ``finishReason`` says so), and a follow-up still queued
+arrives as sent (``completed``, unanswered: sending it would start a run).
 
 Importing is idempotent: each event's id is derived from what it creates (``event_id``), so the
 same file imported twice submits the same eventIds, and the second time every event is a
-``duplicate`` that changes nothing. An import never overwrites: a chat or message the account
-already has (under another eventId) is ``rejected`` ("already exists"), the rest go in.
+``duplicate`` that changes nothing. An import never overwrites: a chat, message or preset the
+account already has (under another eventId) is ``rejected`` ("already exists"), the rest go in,
+and the file's settings are left out when the account has its own.
 
 What the server may still refuse, event by event (the others go in): a message longer than its
 ``--max-content-chars``. A request carries at most ``--max-batch-events`` events (500 by default,
@@ -25,9 +30,11 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from shared.models import Chat, DomainEvent, EventType, Message, Status, Timestamp, Wire
+from pydantic import Field
+
+from shared.models import Chat, DomainEvent, EventType, Message, Preset, Settings, Status, Timestamp, Wire
 
 FORMAT: Literal["chat-export"] = "chat-export"
 VERSION: Literal[1] = 1
@@ -38,38 +45,56 @@ NAMESPACE = uuid.UUID("adcc155f-11f9-4334-8bc3-f8c953f43a07")
 IMPORTED_STATUS: dict[Status, Status] = {"queued": "cancelled", "streaming": "cancelled"}
 
 T = TypeVar("T")
-Entity = TypeVar("Entity", Chat, Message)
+Entity = TypeVar("Entity", Chat, Message, Preset, Settings)
+Created = Chat | Message | Preset | Settings
+
+
+def _none(value: list[Any]) -> bool:
+    return not value
 
 
 class Export(Wire):
-    """The file: ``{"format": "chat-export", "version": 1, "exportedAt", "chats", "messages"}``."""
+    """The file: ``{"format": "chat-export", "version": 1, "exportedAt", "chats", "messages",
+    "settings"?, "presets"?}`` (the last two left out when empty)."""
 
     format: Literal["chat-export"]
     version: Literal[1]
     exported_at: Timestamp
     chats: list[Chat]
     messages: list[Message]
+    settings: list[Settings] = Field(default=[], max_length=1, exclude_if=_none)
+    presets: list[Preset] = Field(default=[], exclude_if=_none)
 
 
-def _creation(entity: Chat | Message) -> tuple[str, str]:
+def _creation(entity: Created) -> tuple[str, str]:
     return (entity.created_at, entity.id)  # (times are canonical RFC 3339: they sort as strings)
 
 
-def export_of(chats: Iterable[Chat], messages: Iterable[Message], now: str) -> Export:
-    """The export of these entities, taken at ``now``: chats and messages each by createdAt, then id."""
+def export_of(
+    chats: Iterable[Chat],
+    messages: Iterable[Message],
+    now: str,
+    settings: Iterable[Settings] = (),
+    presets: Iterable[Preset] = (),
+) -> Export:
+    """The export of these entities, taken at ``now``: each kind by createdAt, then id."""
     return Export(
         format=FORMAT,
         version=VERSION,
         exported_at=now,
         chats=sorted(chats, key=_creation),
         messages=sorted(messages, key=_creation),
+        settings=sorted(settings, key=_creation),
+        presets=sorted(presets, key=_creation),
     )
 
 
-def import_events(export: Export, now: str) -> list[DomainEvent]:
-    """The events that create the export's chats and messages in an account (see the module).
+def import_events(export: Export, now: str, has_settings: bool = False) -> list[DomainEvent]:
+    """The events that create the export's entities in an account (see the module).
 
-    First a ``ChatCreated`` per chat (by createdAt, then id), then a ``MessageAppended`` per
+    First a ``SettingsUpdated`` with the file's settings, unless the account ``has_settings``
+    (an import never overwrites), then a ``PresetCreated`` per preset, a ``ChatCreated`` per chat
+    (each by createdAt, then id), then a ``MessageAppended`` per
     message whose chat is in the file (the others are skipped), every message after its parent
     when the parent is in the file, whatever their createdAt say (else by createdAt, then id).
     A message whose parent is not in the file (it was deleted) keeps its parentId: the server
@@ -81,12 +106,23 @@ def import_events(export: Export, now: str) -> list[DomainEvent]:
     chats = _first_of_each(export.chats)
     known = {chat.id for chat in chats}
     messages = [m for m in _first_of_each(export.messages) if m.chat_id in known]
-    events = [_created(EventType.CHAT_CREATED, chat.model_copy(update=_SERVER_FILLS), now) for chat in chats]
+    events = []
+    if not has_settings:
+        events += [_created(EventType.SETTINGS_UPDATED, s.model_copy(update=_SERVER_FILLS), now) for s in export.settings]
+    events += [_created(EventType.PRESET_CREATED, p.model_copy(update=_SERVER_FILLS), now) for p in _first_of_each(export.presets)]
+    events += [_created(EventType.CHAT_CREATED, chat.model_copy(update=_SERVER_FILLS), now) for chat in chats]
     for message in _parents_first(messages):
-        status = IMPORTED_STATUS.get(message.status, message.status)
-        payload = message.model_copy(update={**_SERVER_FILLS, "status": status})
-        events.append(_created(EventType.MESSAGE_APPENDED, payload, now))
+        events.append(_created(EventType.MESSAGE_APPENDED, message.model_copy(update={**_SERVER_FILLS, **_ended(message)}), now))
     return events
+
+
+def _ended(message: Message) -> dict[str, Any]:
+    """What a message becomes where it is imported: a follow-up still queued is sent (nothing
+    answers it: that would start a run); a reply still being written has ended, cancelled."""
+    if message.is_queued_follow_up:
+        return {"status": "completed"}
+    status = IMPORTED_STATUS.get(message.status)
+    return {} if status is None else {"status": status, "finish_reason": "cancelled"}
 
 
 def batches(events: Sequence[T], size: int) -> Iterator[list[T]]:
@@ -99,7 +135,7 @@ def batches(events: Sequence[T], size: int) -> Iterator[list[T]]:
         yield list(events[start : start + size])
 
 
-def event_id(kind: EventType, payload: Chat | Message) -> str:
+def event_id(kind: EventType, payload: Created) -> str:
     """The id of the event of ``kind`` that creates ``payload``: a UUIDv5 of the type, the
     entity's id and a digest of its content, so the same entity always gets the same eventId and
     a changed one (an edit made since) a new one."""
@@ -111,7 +147,7 @@ def event_id(kind: EventType, payload: Chat | Message) -> str:
 _SERVER_FILLS = {"updated_at": None, "last_seq": None}
 
 
-def _created(kind: EventType, payload: Chat | Message, now: str) -> DomainEvent:
+def _created(kind: EventType, payload: Created, now: str) -> DomainEvent:
     return DomainEvent(event_id=event_id(kind, payload), type=kind, payload=payload, created_at=now)
 
 

@@ -136,7 +136,7 @@ def event_problems(text: str, payload_of: dict[str, str], roles: dict[str, str],
             if not effect:
                 problems.append(f"{kind} has no effect documented")
         braces = re.search(r"\{([^}]*)\}", payload)
-        if braces and sorted(f.strip() for f in braces.group(1).split(",")) != sorted(shown.get(model, [])):
+        if braces and sorted(f.strip().rstrip("?") for f in braces.group(1).split(",")) != sorted(shown.get(model, [])):
             problems.append(f"the payload {payload} is not {model}'s fields {shown.get(model)}")
     problems += [f"{kind} (payload {model}) is not in the events table" for kind, model in payload_of.items()
                  if kind not in documented]
@@ -189,6 +189,7 @@ def close_problems(text: str, expected: set[tuple[int, str]]) -> list[str]:
 LITERALS = {
     ("Message", "role"): get_args(models.Role),
     ("Message", "status"): get_args(models.Status),
+    ("Message", "finishReason"): get_args(models.FinishReason),
     ("EventResult", "status"): get_args(models.EventResult.model_fields["status"].annotation),
 }
 
@@ -232,10 +233,14 @@ def test_the_document_says_what_the_code_has() -> None:
 def test_the_code_side_is_read_whole() -> None:
     """What the comparisons read of the code is what it has (a reader that found nothing would
     compare nothing with nothing)."""
-    assert len(payloads()) == len(models.EventType) == 11
+    assert len(payloads()) == len(models.EventType) == 17
+    assert {"SettingsUpdated", "PresetDeleted", "AssistantRunContinued", "QueuedMessageSent"} <= set(payloads())
     shown = model_shapes()
     assert shown["Message"][:3] == ["id", "chatId", "role"] and "lastSeq" in shown["Chat"]
+    assert {"finishReason", "usage", "presetId", "instructions"} <= set(shown["Message"])
     assert {"LoggedEvent", "RunSummary", "DeltaFrame", "StateResponse", "Assistant"} <= set(shown)
+    assert {"Preset", "Settings", "TokenUsage", "RunContinue", "PresetRef", "QueuedSend"} <= set(shown)
+    assert {"settings", "presets"} <= set(shown["Snapshot"])
     codes = error_codes()
     assert {(409, "username_taken"), (503, "unavailable"), (400, "bad_request"), (500, "error")} <= codes
     assert {(4410, "cursor_expired"), (4401, "unauthorized"), (4403, "forbidden"), (1001, "going_away")} <= close_codes()
@@ -249,7 +254,7 @@ def test_a_model_that_gains_a_field_fails() -> None:
 
 
 def test_a_field_or_shape_not_in_the_code_fails() -> None:
-    doctored = TEXT.replace("RunCancel  {runId, messageId}", "RunCancel  {runId, messageId, reason}")
+    doctored = TEXT.replace("RunCancel   {runId, messageId}", "RunCancel   {runId, messageId, reason}")
     assert shape_problems(doctored, model_shapes()) == ["RunCancel is shown with ['reason'], which it does not have"]
     assert "Draft is shown but is no wire shape" in shape_problems(TEXT + "\n```\nDraft {id}\n```\n", model_shapes())
 
@@ -262,6 +267,22 @@ def test_an_event_type_not_documented_fails() -> None:
     assert row in TEXT
     problems = event_problems(TEXT.replace(row, ""), payloads(), required_roles(), model_shapes())
     assert problems == ["ToolCallFailed (payload Message) is not in the events table"]
+
+
+def test_a_new_event_or_field_left_out_of_the_document_fails() -> None:
+    """The events of settings, presets, Continue and queued follow-ups, and the newer fields."""
+    row = next(line for line in TEXT.splitlines() if line.startswith("| `QueuedMessageSent` |"))
+    assert event_problems(TEXT.replace(row + "\n", ""), payloads(), required_roles(), model_shapes()) == [
+        "QueuedMessageSent (payload QueuedSend) is not in the events table"
+    ]
+    doctored = TEXT.replace("RunContinue {runId, chatId, messageId, assistantId}", "RunContinue {runId, chatId, messageId}")
+    assert shape_problems(doctored, model_shapes()) == ["RunContinue's fields ['assistantId'] are not shown"]
+    doctored = TEXT.replace("presetId?, instructions?, finishReason?, usage?}", "presetId?, instructions?, usage?}")
+    assert shape_problems(doctored, model_shapes()) == ["Message's fields ['finishReason'] are not shown"]
+    doctored = TEXT.replace("finishReason : stop | length | cancelled | failed", "finishReason : stop | length")
+    assert literal_problems(doctored, LITERALS) == [
+        "Message.finishReason is ['stop', 'length', 'cancelled', 'failed'], documented as ['stop', 'length']"
+    ]
 
 
 def test_a_wrong_payload_or_role_fails() -> None:

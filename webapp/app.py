@@ -25,6 +25,7 @@ from shared.models import (
     EventType,
     Message,
     MessageRef,
+    Payload,
     RunCancel,
     RunRequest,
     Session,
@@ -805,7 +806,7 @@ class Client:
     async def _submit(
         self,
         kind: EventType,
-        payload: Chat | Message | MessageRef | RunRequest | RunCancel,
+        payload: Payload,
         draft_of: str | None = None,
         resolves: Iterable[str] = (),
     ) -> None:

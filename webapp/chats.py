@@ -213,24 +213,29 @@ class Chats:
         return "\n".join(parts)
 
     async def on_export_all(self, data: dict[str, Any]) -> None:
-        everything = export_of(self.store.chats(), self.store.all_messages(), self.host.now())
+        settings = self.store.settings()
+        everything = export_of(
+            self.store.chats(), self.store.all_messages(), self.host.now(), [settings] if settings else [], self.store.presets()
+        )
         self.view.download(f"chats-{self.host.now()[:10]}.json", "application/json", everything.model_dump_json(by_alias=True, indent=1))
 
     async def on_import(self, data: dict[str, Any]) -> None:
-        """Import a file made by Export: its chats and messages, as the events that create them
-        (with ids made from what they create, so importing a file twice changes nothing)."""
+        """Import a file made by Export: its chats and messages (and presets, and its settings
+        when the account has none yet), as the events that create them (with ids made from what
+        they create, so importing a file twice changes nothing)."""
         try:
             document = Export.model_validate_json(str(data.get("text", "")))
         except ValidationError:
             self.view.morph("data-note", f"{data.get('name') or 'This file'} is not an export of this app: nothing was imported.")
             return
-        events: list[DomainEvent] = import_events(document, self.host.now())
+        events: list[DomainEvent] = import_events(document, self.host.now(), self.store.settings() is not None)
         added = await self.store.add_imported(events)
         self.host.kick()
         chats = sum(1 for e in events if e.type is EventType.CHAT_CREATED)
+        messages = sum(1 for e in events if e.type is EventType.MESSAGE_APPENDED)
         self.view.morph(
             "data-note",
-            f"Imported {chats} chat{'s' if chats != 1 else ''} and {len(events) - chats} messages"
+            f"Imported {chats} chat{'s' if chats != 1 else ''} and {messages} messages"
             f" ({len(events) - added} already on this device).",
         )
         self.draw_list()

@@ -181,6 +181,28 @@ def _migration_12(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_13(conn: sqlite3.Connection) -> None:
+    """A chat's instructions and preset; what a reply was given and how it ended; the account's
+    presets and settings (shared/schema.py), each in both copies of the rows. No index: a preset
+    and the settings are found by id, and there are few."""
+    for table in ("chats", "confirmed_chats"):
+        for column in ("instructions", "preset_id"):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    for table in ("messages", "confirmed_messages"):
+        for column in ("preset_id", "instructions", "finish_reason", "usage_json"):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    for prefix in ("", "confirmed_"):
+        conn.execute(
+            f"""CREATE TABLE {prefix}presets (id TEXT NOT NULL, name TEXT NOT NULL, assistant_id TEXT,
+                instructions TEXT NOT NULL, temperature REAL, max_tokens INTEGER, created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL, last_seq INTEGER NOT NULL, PRIMARY KEY (id))"""
+        )
+        conn.execute(
+            f"""CREATE TABLE {prefix}settings (id TEXT NOT NULL, instructions TEXT NOT NULL, default_preset_id TEXT,
+                created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_seq INTEGER NOT NULL, PRIMARY KEY (id))"""
+        )
+
+
 # Named, ordered; each runs once, in its own transaction, recorded in schema_migrations.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _migration_1),
@@ -195,4 +217,5 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0010_attachments", _migration_10),
     ("0011_uploads", _migration_11),
     ("0012_draft_files", _migration_12),
+    ("0013_instructions", _migration_13),
 ]

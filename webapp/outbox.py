@@ -13,15 +13,22 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.models import DomainEvent, EventResult, EventType, Message, RunRequest
+from shared.models import DomainEvent, EventResult, EventType, Message, QueuedSend, RunRequest
 from shared.thread import ROOT
 from webapp import overlay
 from webapp.database import Database
 
 # Event types, for the outbox's coalescing (see Outbox.add_local).
-CREATES = {EventType.CHAT_CREATED, EventType.MESSAGE_APPENDED}
-UPSERTS = CREATES | {EventType.CHAT_UPDATED, EventType.MESSAGE_EDITED}
-DELETES = {EventType.CHAT_DELETED, EventType.MESSAGE_DELETED}
+CREATES = {EventType.CHAT_CREATED, EventType.MESSAGE_APPENDED, EventType.PRESET_CREATED}
+UPSERTS = CREATES | {EventType.CHAT_UPDATED, EventType.MESSAGE_EDITED, EventType.PRESET_UPDATED, EventType.SETTINGS_UPDATED}
+DELETES = {EventType.CHAT_DELETED, EventType.MESSAGE_DELETED, EventType.PRESET_DELETED}
+# The table of the row an event creates (an import's events, see Outbox.add_imported).
+CREATED_IN = {
+    EventType.CHAT_CREATED: "chats", EventType.MESSAGE_APPENDED: "messages", EventType.PRESET_CREATED: "presets",
+    EventType.SETTINGS_UPDATED: "settings",
+}  # fmt: skip
+# Events of the account rather than of a chat.
+ACCOUNT_EVENTS = {EventType.SETTINGS_UPDATED, EventType.PRESET_CREATED, EventType.PRESET_UPDATED, EventType.PRESET_DELETED}
 # Events that create a message (a new child at its parent's fork).
 NEW_MESSAGES = {
     EventType.MESSAGE_APPENDED, EventType.ASSISTANT_RUN_REQUESTED, EventType.TOOL_CALL_REQUESTED,
@@ -90,7 +97,10 @@ class Outbox(Database):
             ).fetchall()
             unsent = bool(queued) and all(row["status"] == "pending" for row in queued)
             first = DomainEvent.model_validate_json(queued[0]["body"]) if unsent else None
-            if first is not None and event.type in UPSERTS and first.type in UPSERTS:
+            # (Only a run of whole payloads is rewritten: a patch among them, such as the sending
+            # of a queued message, would be lost.)
+            whole = first is not None and all(json.loads(row["body"])["type"] in UPSERTS for row in queued)
+            if first is not None and whole and event.type in UPSERTS and first.type in UPSERTS:
                 rewritten = first.model_copy(update={"payload": event.payload})
                 conn.execute("UPDATE pending_events SET body = ? WHERE id = ?", (json.dumps(rewritten.wire()), queued[0]["id"]))
                 conn.execute("DELETE FROM pending_events WHERE entity_id = ? AND id > ?", (entity, queued[0]["id"]))
@@ -110,11 +120,12 @@ class Outbox(Database):
     async def add_imported(self, events: list[DomainEvent]) -> int:
         """Queue and show, in one transaction, the events of an import that create what this
         device does not have yet (an entity already here is left as it is, whatever the file
-        says; an event already queued is not queued twice). Returns how many were queued."""
+        says: the account's settings too; an event already queued is not queued twice). Returns
+        how many were queued."""
         added = 0
         with self._transaction() as conn:
             for event in events:
-                table = "chats" if event.type is EventType.CHAT_CREATED else "messages"
+                table = CREATED_IN[event.type]
                 entity = event.entity_id()
                 if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (entity,)).fetchone() is not None:
                     continue
@@ -166,8 +177,10 @@ class Outbox(Database):
         """Chat -> how many of its changes wait to be sent (the outbox but what the server took)."""
         counts: dict[str, int] = {}
         for row in self.conn.execute(f"SELECT entity_id, body FROM pending_events WHERE status IN {UNSENT!r}"):
-            payload = json.loads(row["body"])["payload"]
-            chat = payload.get("chatId") or row["entity_id"]  # a chat's own event: the chat
+            body = json.loads(row["body"])
+            if EventType(body["type"]) in ACCOUNT_EVENTS:
+                continue  # (no chat's)
+            chat = body["payload"].get("chatId") or row["entity_id"]  # a chat's own event: the chat
             counts[chat] = counts.get(chat, 0) + 1
         return counts
 
@@ -240,9 +253,13 @@ def _queue(conn: sqlite3.Connection, event: DomainEvent) -> None:
 
 
 def _show_new_branch(conn: sqlite3.Connection, event: DomainEvent) -> None:
-    """A message created here is the one its fork shows: the newest, once no older choice stands."""
+    """A message created here is the one its fork shows: the newest, once no older choice stands
+    (a queued message sent from here, too: where it now follows, and its reply under it)."""
     payload = event.payload
     if event.type in NEW_MESSAGES and isinstance(payload, (Message, RunRequest)):
         conn.execute(
             "DELETE FROM branch_choices WHERE chat_id = ? AND fork = ?", (payload.chat_id, payload.parent_id or ROOT)
         )
+    elif isinstance(payload, QueuedSend):
+        forks = [payload.parent_id or ROOT] + ([payload.message_id] if payload.reply_id is not None else [])
+        conn.executemany("DELETE FROM branch_choices WHERE chat_id = ? AND fork = ?", [(payload.chat_id, f) for f in forks])

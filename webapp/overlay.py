@@ -1,10 +1,11 @@
 """The pending overlay: the outbox's events on top of the server's rows, each row stored once.
 
 The state tables (one ``shared`` schema) hold:
-  ``chats``/``messages``: what the UI shows, the confirmed state with the pending events on top;
+  ``chats``/``messages``/``presets``/``settings``: what the UI shows, the confirmed state with
+  the pending events on top;
   ``overlaid``: the rows the pending events made or changed there (by table and id);
-  ``confirmed_chats``/``confirmed_messages``: the server's version of those rows (none when the
-  server has none), kept aside while they are overlaid.
+  ``confirmed_*`` (one per table): the server's version of those rows (none when the server has
+  none), kept aside while they are overlaid.
 So the server's state at ``last_seq`` is the shown rows that are not overlaid, plus the confirmed
 ones (``confirmed``). A remote event changes the server's version of a row wherever it is
 (``confirm``); then the overlay is put back on top (``reapply``: the overlaid rows restored, the
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from shared.models import Chat, DomainEvent, LoggedEvent, Message, Snapshot
+from shared.models import Chat, DomainEvent, LoggedEvent, Message, Preset, Settings, Snapshot
 from shared.reducer import PENDING_SEQ, DeleteChildren, Upsert, apply
-from shared.schema import CHATS, MESSAGES, TABLES, Sql
+from shared.schema import TABLES, Sql
 
 SHOWN = Sql("sqlite", scoped=False)
 CONFIRMED = Sql("sqlite", scoped=False, prefix="confirmed_")
@@ -72,7 +73,7 @@ def reapply(conn: sqlite3.Connection) -> None:
     """Shown state := confirmed state + every pending event, in order. Only the overlaid rows
     change: each is put back as the server has it (a row restored keeps its rowid, and its
     search entry unless its text differs), then the outbox runs again."""
-    for table in (CHATS, MESSAGES):
+    for table in TABLES.values():
         cols = table.column_names
         shown, confirmed = table.name, CONFIRMED.name(table)
         conn.execute(
@@ -103,9 +104,11 @@ def confirmed(conn: sqlite3.Connection) -> Snapshot:
     return Snapshot(
         chats=[Chat.model_validate(dict(r)) for r in rows("chats")],
         messages=[Message.model_validate(dict(r)) for r in rows("messages")],
+        settings=[Settings.model_validate(dict(r)) for r in rows("settings")],
+        presets=[Preset.model_validate(dict(r)) for r in rows("presets")],
     )
 
 
-def is_pending(row: Chat | Message) -> bool:
+def is_pending(row: Chat | Message | Preset | Settings) -> bool:
     """A shown row that a still-unconfirmed local event made."""
     return row.last_seq == PENDING_SEQ

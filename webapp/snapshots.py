@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from shared.models import Snapshot, StateResponse
-from shared.schema import CHATS, MESSAGES, Table
+from shared.schema import MESSAGES, TABLES, Table
 from webapp import overlay
 from webapp import search as fulltext
 from webapp.database import SNAPSHOT_SETTLE_SECONDS, SNAPSHOT_WAL_BYTES, Database
@@ -77,7 +77,7 @@ class Snapshots(Database):
                 assert before is not None and before.up_to_seq == page.up_to_seq
                 progress = before
             _store(conn, page.snapshot, fresh=progress.fresh)
-            done = progress.done + len(page.snapshot.chats) + len(page.snapshot.messages)
+            done = progress.done + sum(len(getattr(page.snapshot, name)) for name in TABLES)
             dropped = False
             if page.next_page is not None:
                 progress = SnapshotProgress(progress.up_to_seq, page.next_page, done, progress.total, progress.fresh)
@@ -124,7 +124,8 @@ def _store(conn: sqlite3.Connection, snapshot: Snapshot, fresh: bool) -> None:
     the overlay changed. Unless the device is ``fresh`` (it had none of the server's rows),
     their ids go into ``snapshot_ids``."""
     overlaid = overlay.overlaid(conn)
-    for table, rows in ((CHATS, snapshot.chats), (MESSAGES, snapshot.messages)):
+    for table in TABLES.values():
+        rows = getattr(snapshot, table.name)  # (a Snapshot holds each table's rows under its name)
         cols = table.column_names
         values = list(map(attrgetter(*cols), rows))  # (``id`` leads every table)
         if not fresh:
@@ -141,7 +142,7 @@ def _store(conn: sqlite3.Connection, snapshot: Snapshot, fresh: bool) -> None:
 def _drop_unlisted(conn: sqlite3.Connection) -> None:
     """The end of a snapshot on a device that had state: the server's version of every row
     that none of its pages held goes."""
-    for table in ("chats", "messages"):
+    for table in TABLES:
         listed = f"(SELECT id FROM snapshot_ids WHERE tbl = '{table}')"
         conn.execute(
             f"DELETE FROM {table} WHERE id NOT IN {listed} AND id NOT IN (SELECT id FROM overlaid WHERE tbl = '{table}')"
@@ -154,7 +155,7 @@ def _has_confirmed(conn: sqlite3.Connection) -> bool:
     """Whether the device holds any of the server's rows."""
     return any(
         conn.execute(sql).fetchone() is not None
-        for t in ("chats", "messages")
+        for t in TABLES
         for sql in (
             f"SELECT 1 FROM {t} WHERE id NOT IN (SELECT id FROM overlaid WHERE tbl = '{t}') LIMIT 1",
             f"SELECT 1 FROM confirmed_{t} LIMIT 1",

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.models import UNFINISHED, Attachment, Chat, LoggedEvent, Message, RunSummary, Snapshot
+from shared.models import SETTINGS_ID, UNFINISHED, Attachment, Chat, LoggedEvent, Message, Preset, RunSummary, Settings, Snapshot
 from shared.thread import ROOT, Link, Step, children, shown_path
 from webapp import overlay
 from webapp import search as fulltext
@@ -39,7 +39,12 @@ class Account:
 ACCOUNT_TABLES = (
     "chats", "messages", "confirmed_chats", "confirmed_messages", "meta", "pending_events", "drafts",
     "rejected_events", "branch_choices", "overlaid", "snapshot_ids", "uploads", "draft_files",
+    "presets", "confirmed_presets", "settings", "confirmed_settings",
 )  # fmt: skip
+
+# A queued follow-up (a user message waiting to be sent, shared/models.py ``is_queued_follow_up``)
+# is not part of its chat's conversation until it is sent: the tree, and what is running, leave it out.
+_NOT_QUEUED = "NOT (role = 'user' AND status = 'queued')"
 
 
 class LocalStore(Outbox, Snapshots, Uploads):
@@ -225,8 +230,8 @@ class LocalStore(Outbox, Snapshots, Uploads):
         return [(Chat.model_validate(dict(r)), str(r["active"])) for r in rows]
 
     def running(self) -> set[str]:
-        """The chats with a reply being written."""
-        rows = self.conn.execute(f"SELECT DISTINCT chat_id FROM messages WHERE status IN {UNFINISHED!r}")
+        """The chats with a reply being written (a queued follow-up is not one)."""
+        rows = self.conn.execute(f"SELECT DISTINCT chat_id FROM messages WHERE status IN {UNFINISHED!r} AND role <> 'user'")
         return {str(r[0]) for r in rows}
 
     def search(self, text: str) -> list[fulltext.Hit]:
@@ -247,7 +252,7 @@ class LocalStore(Outbox, Snapshots, Uploads):
     def unfinished_local_replies(self) -> list[Message]:
         """Replies still being written that no server run writes (a local assistant's)."""
         rows = self.conn.execute(
-            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND run_id IS NULL"
+            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND run_id IS NULL AND role <> 'user'"
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 
@@ -262,9 +267,33 @@ class LocalStore(Outbox, Snapshots, Uploads):
         return [Message.model_validate(dict(r)) for r in rows]
 
     def links(self, chat_id: str) -> list[Link]:
-        """The chat's tree, without the messages' text (cheap for a long chat)."""
-        rows = self.conn.execute("SELECT id, parent_id, created_at FROM messages WHERE chat_id = ?", (chat_id,))
+        """The chat's tree, without the messages' text (cheap for a long chat); its queued
+        follow-ups are not in it (``queued``) until they are sent."""
+        rows = self.conn.execute(f"SELECT id, parent_id, created_at FROM messages WHERE chat_id = ? AND {_NOT_QUEUED}", (chat_id,))
         return [Link(*r) for r in rows]
+
+    def queued(self, chat_id: str) -> list[Message]:
+        """The chat's queued follow-ups, in the order they are to be sent: oldest first (by
+        createdAt, then id)."""
+        rows = self.conn.execute(
+            "SELECT * FROM messages WHERE chat_id = ? AND role = 'user' AND status = 'queued' ORDER BY created_at, id", (chat_id,)
+        ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
+    def settings(self) -> Settings | None:
+        """The account's settings (its instructions, the default preset), or None before any were made."""
+        row = self.conn.execute("SELECT * FROM settings WHERE id = ?", (SETTINGS_ID,)).fetchone()
+        return None if row is None else Settings.model_validate(dict(row))
+
+    def presets(self) -> list[Preset]:
+        """The account's presets, by name (then id)."""
+        rows = self.conn.execute("SELECT * FROM presets ORDER BY name, id").fetchall()
+        return [Preset.model_validate(dict(r)) for r in rows]
+
+    def preset(self, preset_id: str) -> Preset | None:
+        """A preset, or None when there is none of that id (deleted: a chat naming it has none)."""
+        row = self.conn.execute("SELECT * FROM presets WHERE id = ?", (preset_id,)).fetchone()
+        return None if row is None else Preset.model_validate(dict(row))
 
     def messages_by_id(self, ids: list[str]) -> dict[str, Message]:
         found: dict[str, Message] = {}

@@ -49,9 +49,9 @@ with store._transaction() as conn:  # (the index is brought up to date before it
         at = format_time(start + timedelta(seconds=n * 30))
         if n % 100 == 0:
             chat = new_id()
-            conn.execute("INSERT INTO chats VALUES (?, ?, ?, ?, 1)", (chat, " ".join(rng.choices(words, weights, k=4)), at, at))
+            conn.execute("INSERT INTO chats (id, title, created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, 1)", (chat, " ".join(rng.choices(words, weights, k=4)), at, at))
         text = " ".join(rng.choices(words, weights, k=rng.randint(8, 60)))
-        conn.execute("INSERT INTO messages VALUES (?, ?, ?, ?, NULL, 'completed', NULL, NULL, ?, ?, 1, NULL)",
+        conn.execute("INSERT INTO messages (id, chat_id, role, content, parent_id, status, assistant_id, run_id, created_at, updated_at, last_seq, attachments_json) VALUES (?, ?, ?, ?, NULL, 'completed', NULL, NULL, ?, ?, 1, NULL)",
                      (new_id(), chat, "user" if n % 2 == 0 else "assistant", text, at, at))
 filled = time.perf_counter() - began
 """

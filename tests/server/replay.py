@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.models import LoggedEvent, Snapshot
 from shared.reducer import apply, row_of
-from shared.schema import CHATS, MESSAGES, Sql
+from shared.schema import TABLES, Sql
 
 SQL = Sql("sqlite", scoped=False)
 State = dict[str, dict[str, dict[str, Any]]]  # table -> id -> row
@@ -15,21 +15,22 @@ State = dict[str, dict[str, dict[str, Any]]]  # table -> id -> row
 
 def replay(events: list[LoggedEvent], start: Snapshot | None = None) -> State:
     conn = sqlite3.connect(":memory:")
-    for table in (CHATS, MESSAGES):
+    for table in TABLES.values():
         for statement in SQL.create(table):
             conn.execute(statement)
     if start is not None:
-        for table, rows in ((CHATS, start.chats), (MESSAGES, start.messages)):
+        for table in TABLES.values():
+            rows = getattr(start, table.name)
             cols = table.column_names
-            conn.executemany(
-                f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            conn.executemany(  # (a row twice in a snapshot: the later one, as a client keeps it)
+                f"INSERT OR REPLACE INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                 [[row_of(r)[c] for c in cols] for r in rows],
             )
     for event in events:
         for mutation in apply(event):
             conn.execute(*SQL.mutation(mutation))
     state: State = {}
-    for table in (CHATS, MESSAGES):
+    for table in TABLES.values():
         cols = table.column_names
         rows = conn.execute(f"SELECT {', '.join(cols)} FROM {table.name}").fetchall()
         state[table.name] = {r[0]: dict(zip(cols, r)) for r in rows}
@@ -37,10 +38,7 @@ def replay(events: list[LoggedEvent], start: Snapshot | None = None) -> State:
 
 
 def as_state(snapshot: Snapshot) -> State:
-    return {
-        "chats": {c.id: row_of(c) for c in snapshot.chats},
-        "messages": {m.id: row_of(m) for m in snapshot.messages},
-    }
+    return {name: {r.id: row_of(r) for r in getattr(snapshot, name)} for name in TABLES}
 
 
 def at_most(state: State, n: int) -> State:

@@ -165,7 +165,7 @@ async def test_a_chat_deleted_takes_its_messages(client: Client) -> None:
     await post(client, session, [chat_created(chat), message("MessageAppended", new_id(), chat)])
     await post(client, session, [event("ChatDeleted", {"id": chat})])
     state = await get(client, session, "/sync/state")
-    assert state["snapshot"] == {"chats": [], "messages": []}
+    assert state["snapshot"] == {"chats": [], "messages": [], "settings": [], "presets": []}
     late = await post(client, session, [message("MessageAppended", new_id(), chat)])
     assert late["results"][0]["error"] == "unknown chat"
 
@@ -232,7 +232,7 @@ async def test_accounts_are_isolated(client: Client) -> None:
     await post(client, alice, [shared_event, message("MessageAppended", msg, chat)])
 
     assert (await get(client, bob, "/sync/updates"))["events"] == []
-    assert (await get(client, bob, "/sync/state"))["snapshot"] == {"chats": [], "messages": []}
+    assert (await get(client, bob, "/sync/state"))["snapshot"] == {"chats": [], "messages": [], "settings": [], "presets": []}
     attack = await post(client, bob, [message("MessageEdited", msg, chat, "pwned"), event("ChatDeleted", {"id": chat})])
     assert [r["status"] for r in attack["results"]] == ["rejected", "rejected"]
     # Bob reusing Alice's eventId is a new event for Bob.

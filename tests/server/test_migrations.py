@@ -29,7 +29,7 @@ SERVER_TABLES = {
     "blob_holdings", "blob_uploads", "blobs", "blob_chunks",
 }  # fmt: skip
 # Types that are one type in the other dialect's words.
-SAME_TYPE = {"bigint": "integer", "bytea": "blob"}
+SAME_TYPE = {"bigint": "integer", "bytea": "blob", "double precision": "real"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -125,7 +125,7 @@ async def test_both_dialects_migrate_to_the_same_tables(tmp_path: Path) -> None:
     table, the server's own ones too, has the same columns, keys and indexes on both."""
 
     def portable(schema: Schema) -> Schema:
-        # BIGINT is SQLite's INTEGER, BYTEA its BLOB; a primary key's columns are NOT NULL on PostgreSQL whatever
+        # BIGINT is SQLite's INTEGER, BYTEA its BLOB, DOUBLE PRECISION its REAL; a primary key's columns are NOT NULL on PostgreSQL whatever
         # was declared (SQLite lets a TEXT key be NULL unless told).
         return {
             name: replace(

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from server.event_store import SqlEventStore
 from server.store import Rejected
-from shared.models import DomainEvent, LoggedEvent, Snapshot
-from tests.server.events import chat_created, event, message, new_id
+from shared.models import SETTINGS_ID, DomainEvent, LoggedEvent, QueuedSend, Snapshot
+from tests.server.events import T, chat_created, event, message, new_id
 from tests.server.replay import as_state, at_most, replay
 from tests.server.stores import Clock, open_store
 from tests.shared.strategies import characters
@@ -29,33 +29,42 @@ TEXT = st.text(characters, max_size=8)
 @st.composite
 def histories(draw: st.DrawFn) -> list[list[dict[str, Any] | Rejected]]:
     """Batches of events; ids are drawn from those already used, so many events fit the state
-    and some do not (unknown or deleted chats and messages), with duplicates and malformed ones."""
+    and some do not (unknown or deleted chats and messages), with duplicates and malformed ones;
+    and the settings, presets, replies (asked, ended, stopped, continued) and follow-ups queued
+    and sent, with or without a run."""
     chats: list[str] = []
+    live: list[str] = []  # the chats created and not deleted since (as far as the drawing knows)
     messages: list[tuple[str, str]] = []
+    replies: dict[str, tuple[str, str]] = {}  # reply -> (chat, the latest run asked of it)
+    queued: list[tuple[str, str]] = []
+    presets: list[str] = []
     sent: list[dict[str, Any]] = []
     batches: list[list[dict[str, Any] | Rejected]] = []
     for _ in range(draw(st.integers(1, 14))):
         batch: list[dict[str, Any] | Rejected] = []
         for _ in range(draw(st.integers(1, 3))):
             chat = draw(st.sampled_from(chats)) if chats and draw(st.booleans()) else new_id()
-            kind = draw(
-                st.sampled_from(
-                    ["ChatCreated", "ChatUpdated", "ChatDeleted", "MessageAppended", "MessageAppended",
-                     "MessageEdited", "MessageDeleted", "duplicate", "malformed"]
-                )
-            )
+            kind = draw(st.sampled_from(KINDS))
             if kind == "duplicate" and sent:
                 batch.append(draw(st.sampled_from(sent)))
                 continue
             if kind == "malformed":
                 batch.append(Rejected(new_id(), "payload: invalid"))
                 continue
-            if kind in ("ChatCreated", "ChatUpdated", "duplicate"):
+            known = draw(st.sampled_from(live)) if live and draw(st.integers(0, 5)) else chat  # (mostly a chat that is there)
+            raw = _steering(draw, kind, known, messages, replies, queued, presets)
+            if raw is not None:
+                pass
+            elif kind in ("ChatCreated", "ChatUpdated", "duplicate"):
                 raw = chat_created(chat, draw(TEXT))
                 raw["type"] = "ChatUpdated" if kind == "ChatUpdated" else "ChatCreated"
                 chats.append(chat)
+                if kind == "ChatCreated" and chat not in live:
+                    live.append(chat)
             elif kind == "ChatDeleted":
                 raw = event("ChatDeleted", {"id": chat})
+                if chat in live:
+                    live.remove(chat)
             else:
                 if messages and kind != "MessageAppended" or (messages and draw(st.booleans())):
                     msg, chat = draw(st.sampled_from(messages))
@@ -72,6 +81,76 @@ def histories(draw: st.DrawFn) -> list[list[dict[str, Any] | Rejected]]:
     return batches
 
 
+KINDS = [
+    "ChatCreated", "ChatUpdated", "ChatDeleted", "MessageAppended", "MessageAppended", "MessageEdited", "MessageDeleted",
+    "duplicate", "malformed",
+    "SettingsUpdated", "PresetCreated", "PresetUpdated", "PresetDeleted",
+    *("Queued", "AssistantRunRequested", "ReplyEnded", "AssistantRunContinued", "QueuedMessageSent") * 2,
+    "AssistantRunCancelled",
+]  # fmt: skip
+
+
+def _steering(
+    draw: st.DrawFn,
+    kind: str,
+    chat: str,
+    messages: list[tuple[str, str]],
+    replies: dict[str, tuple[str, str]],
+    queued: list[tuple[str, str]],
+    presets: list[str],
+) -> dict[str, Any] | None:
+    """An event of the settings, presets, replies or queue, or None for the other kinds."""
+    if kind == "SettingsUpdated":
+        id = SETTINGS_ID if draw(st.integers(0, 5)) else new_id()  # (now and then one refused)
+        return event(kind, {"id": id, "instructions": draw(TEXT), "defaultPresetId": draw(st.none() | st.sampled_from(presets or [new_id()])), "createdAt": T})
+    if kind.startswith("Preset"):
+        preset = draw(st.sampled_from(presets)) if presets and draw(st.booleans()) else new_id()
+        presets.append(preset)
+        if kind == "PresetDeleted":
+            return event(kind, {"id": preset})
+        return event(kind, {"id": preset, "name": draw(TEXT) or "p", "instructions": draw(TEXT), "temperature": 0.5, "createdAt": T})
+    if kind == "Queued":
+        msg = new_id()
+        queued.append((msg, chat))
+        messages.append((msg, chat))
+        payload = {"id": msg, "chatId": chat, "role": "user", "content": draw(TEXT), "status": "queued", "createdAt": T}
+        return event("MessageAppended", payload)
+    if kind == "AssistantRunRequested":
+        reply, run = new_id(), new_id()
+        parent = draw(st.none() | st.sampled_from([m for m, c in messages if c == chat] or [new_id()]))
+        replies[reply] = (chat, run)
+        messages.append((reply, chat))
+        return event(kind, {"runId": run, "chatId": chat, "parentId": parent, "messageId": reply, "assistantId": "demo"})
+    if kind in ("ReplyEnded", "AssistantRunCancelled", "AssistantRunContinued") and replies:
+        reply = draw(st.sampled_from(sorted(replies)))
+        chat, run = replies[reply]
+        if kind == "AssistantRunCancelled":
+            return event(kind, {"runId": run, "messageId": reply})
+        if kind == "AssistantRunContinued":
+            run = new_id()
+            replies[reply] = (chat, run)
+            return event(kind, {"runId": run, "chatId": chat, "messageId": reply, "assistantId": "demo"})
+        status = draw(st.sampled_from(["streaming", "completed", "cancelled", "failed_upstream"]))
+        payload = {"id": reply, "chatId": chat, "role": "assistant", "content": draw(TEXT), "status": status,
+                   "assistantId": "demo", "runId": run, "createdAt": T,
+                   "finishReason": {"completed": "stop", "cancelled": "cancelled", "failed_upstream": "failed"}.get(status)}  # fmt: skip
+        return event("MessageEdited", payload)
+    if kind == "QueuedMessageSent" and queued:
+        msg, chat = draw(st.sampled_from(queued))
+        others = [m for m, c in messages if c == chat and m != msg and (m, c) not in queued]
+        parent = draw(st.sampled_from(others) | st.none()) if others else None
+        payload: dict[str, Any] = {"messageId": msg, "chatId": chat, "parentId": parent}
+        if draw(st.booleans()):
+            reply, run = new_id(), new_id()
+            replies[reply] = (chat, run)
+            messages.append((reply, chat))
+            payload |= {"runId": run, "replyId": reply, "assistantId": "demo"}
+        return event(kind, payload)
+    if kind in ("ReplyEnded", "AssistantRunCancelled", "AssistantRunContinued", "QueuedMessageSent", "Queued"):
+        return chat_created(chat, "instead")  # (nothing to act on yet)
+    return None
+
+
 def parse(batch: list[dict[str, Any] | Rejected]) -> list[DomainEvent | Rejected]:
     return [b if isinstance(b, Rejected) else DomainEvent.model_validate(b) for b in batch]
 
@@ -79,13 +158,23 @@ def parse(batch: list[dict[str, Any] | Rejected]) -> list[DomainEvent | Rejected
 async def full_state(store: SqlEventStore, account: str, up_to: int | None = None) -> tuple[Snapshot, int]:
     """The state at ``up_to`` (default: now), read in small pages."""
     page = await store.read_state(account, up_to, None, 4, None)
-    chats, messages, token = list(page.snapshot.chats), list(page.snapshot.messages), page.next_page
+    kinds = ("chats", "messages", "settings", "presets")
+    found: dict[str, list[Any]] = {kind: list(getattr(page.snapshot, kind)) for kind in kinds}
+    token = page.next_page
     while token is not None:
         more = await store.read_state(account, page.up_to_seq, None, 4, token)
-        chats += more.snapshot.chats
-        messages += more.snapshot.messages
+        for kind in kinds:
+            found[kind] += getattr(more.snapshot, kind)
         token = more.next_page
-    return Snapshot(chats=chats, messages=messages), page.up_to_seq
+    return Snapshot(**found), page.up_to_seq
+
+
+def touched(event: LoggedEvent) -> set[str]:
+    """The ids of the rows an event changes (a sent follow-up's reply too)."""
+    ids = {event.entity_id()}
+    if isinstance(event.payload, QueuedSend) and event.payload.reply_id is not None:
+        ids.add(event.payload.reply_id)
+    return ids
 
 
 async def log(store: SqlEventStore, account: str) -> list[LoggedEvent]:
@@ -99,7 +188,15 @@ async def check_invariants(store: SqlEventStore, account: str, compacted: bool) 
     assert replay(events) == state  # the log, replayed, is the state
     for n in range(head + 1):
         upto = replay([e for e in events if e.seq <= n])
-        if compacted:
+        later = {i for e in events if e.seq > n for i in touched(e)}
+        later |= {e.payload.id for e in events if e.seq > n and e.type == "ChatDeleted"}
+        # A QueuedMessageSent that made a reply is kept while its chat is (it changed two rows:
+        # no later event of one of them replaces it), so its reply is in the replay to N even
+        # once its later versions replaced what it made.
+        kept_replies = {
+            e.payload.reply_id for e in events if e.seq <= n and isinstance(e.payload, QueuedSend) and e.payload.reply_id
+        }
+        if compacted and not kept_replies:
             # The seed's invariant 3, literally: apply(events <= N) == rows with last_seq <= N.
             assert upto == at_most(state, n), n
         else:
@@ -108,13 +205,13 @@ async def check_invariants(store: SqlEventStore, account: str, compacted: bool) 
             for table, rows in at_most(state, n).items():
                 for key, row in rows.items():
                     assert upto[table][key] == row, (n, table, key)
-            # ...and every other row of the replay is changed (or deleted) by an event after N.
-            later = {e.entity_id() for e in events if e.seq > n}
-            later |= {e.payload.id for e in events if e.seq > n and e.type == "ChatDeleted"}
+            # ...and every other row of the replay is changed (or deleted) by an event after N
+            # (after compaction, only such a reply).
             for table, rows in upto.items():
                 for key, row in rows.items():
                     if key not in at_most(state, n)[table]:
                         assert key in later or row.get("chat_id") in later, (n, table, key)
+                        assert not compacted or key in kept_replies, (n, table, key)
         # Snapshot at N plus the updates after N is the current state.
         snapshot, _ = await full_state(store, account, n)
         after = (await store.read_updates(account, n, 10_000)).events

@@ -17,7 +17,7 @@ from server.app import open_attachments
 from server.config import ROOT, Settings
 from server.databases import open_database
 from server.event_store import SqlEventStore
-from shared.models import DomainEvent
+from shared.models import SETTINGS_ID, DomainEvent
 from tests.conftest import drop_schema, postgres_schema
 from tests.server.events import event, new_id
 from tests.server.stores import Clock
@@ -54,24 +54,32 @@ def msg(id: str, chat: str, role: str = "user", content: str = "hi", parent: str
 
 
 async def seed(store: SqlEventStore, account_id: str) -> int:
-    """A renamed chat with a branch (two answers to one question), an edited and a deleted
-    message (and the follow-up of the deleted one), a chat of tools with a run still queued and a
-    reply still streaming, and a chat deleted with its messages. Returns how many messages remain."""
-    trip, tools, gone = new_id(), new_id(), new_id()
-    q1, a1, a2, q2, q3, after = (new_id() for _ in range(6))
+    """The account's settings and a preset, a renamed chat with instructions and the preset, with a
+    branch (two answers to one question, one with all an answer records), an edited and a deleted
+    message (and the follow-up of the deleted one), a follow-up still queued, a chat of tools with
+    a run still queued and a reply still streaming, and a chat deleted with its messages. Returns
+    how many messages remain."""
+    trip, tools, gone, terse = new_id(), new_id(), new_id(), new_id()
+    q1, a1, a2, q2, q3, after, later = (new_id() for _ in range(7))
     call, result, error, streaming, queued, doomed = (new_id() for _ in range(6))
     demo = {"assistantId": "demo", "runId": new_id()}
+    recorded = {"presetId": terse, "instructions": "Metric units.\n\nBe terse.", "finishReason": "length",
+                "usage": {"promptTokens": 20, "completionTokens": 2, "estimated": True}}  # fmt: skip
     events = [
+        event("SettingsUpdated", {"id": SETTINGS_ID, "instructions": "Metric units.", "defaultPresetId": terse, "createdAt": T}),
+        event("PresetCreated", {"id": terse, "name": "Terse", "assistantId": "demo", "instructions": "Be terse.",
+                                "temperature": 0.3, "maxTokens": 50, "createdAt": T}),  # fmt: skip
         event("ChatCreated", {"id": trip, "title": "Trip", "createdAt": T}),
-        event("ChatUpdated", {"id": trip, "title": "Trip to Lisbon ✈", "createdAt": T}),
+        event("ChatUpdated", {"id": trip, "title": "Trip to Lisbon ✈", "createdAt": T, "instructions": "Two of us.", "presetId": terse}),
         event("MessageAppended", msg(q1, trip, content="Where should we stay?")),
-        event("MessageAppended", msg(a1, trip, "assistant", "Alfama.", q1, **demo)),
+        event("MessageAppended", msg(a1, trip, "assistant", "Alfama.", q1, **demo, **recorded)),
         event("MessageAppended", msg(a2, trip, "assistant", "Príncipe Real.", q1, status="cancelled", **demo)),
         event("MessageAppended", msg(q2, trip, content="And to eat?", parent=a1)),
         event("MessageEdited", msg(q2, trip, content="And where to eat?", parent=a1)),
         event("MessageAppended", msg(q3, trip, content="Typo", parent=a2)),
         event("MessageAppended", msg(after, trip, content="Follows the typo", parent=q3)),
         event("MessageDeleted", {"id": q3, "chatId": trip}),
+        event("MessageAppended", msg(later, trip, content="And the trams?", parent=q2, status="queued", presetId=terse)),
         event("ChatCreated", {"id": tools, "title": "Sums", "createdAt": T}),
         event("ToolCallRequested", msg(call, tools, "tool_call", '{"tool": "calc", "input": "6*7"}')),
         event("ToolCallSucceeded", msg(result, tools, "tool_result", "42", call)),
@@ -87,7 +95,7 @@ async def seed(store: SqlEventStore, account_id: str) -> int:
     ]
     results, _ = await store.append(account_id, "dev", [DomainEvent.model_validate(e) for e in events])
     assert all(r.status == "accepted" for r in results), results
-    return 10
+    return 11
 
 
 async def state(store: SqlEventStore, account_id: str) -> dict[str, Any]:
@@ -97,16 +105,21 @@ async def state(store: SqlEventStore, account_id: str) -> dict[str, Any]:
 
 
 def comparable(full: dict[str, Any]) -> dict[str, Any]:
-    """The chats and messages without what the server fills in, runs still going as imported."""
+    """The state without what the server fills in, runs still going and follow-ups still queued
+    as imported (cancelled; sent)."""
     fills = ("updated_at", "last_seq")
     messages = [{k: v for k, v in m.items() if k not in fills} for m in full["messages"]]
     for m in messages:
-        if m["status"] in ("queued", "streaming"):
-            m["status"] = "cancelled"
-    return {
-        "chats": sorted(({k: v for k, v in c.items() if k not in fills} for c in full["chats"]), key=lambda c: c["id"]),
-        "messages": sorted(messages, key=lambda m: m["id"]),
-    }
+        if m["status"] == "queued" and m["role"] == "user":
+            m["status"] = "completed"
+        elif m["status"] in ("queued", "streaming"):
+            m["status"], m["finish_reason"] = "cancelled", "cancelled"
+
+    def rows(kind: str) -> list[dict[str, Any]]:
+        return sorted(({k: v for k, v in c.items() if k not in fills} for c in full[kind]), key=lambda c: c["id"])
+
+    return {"chats": rows("chats"), "messages": sorted(messages, key=lambda m: m["id"]), "settings": rows("settings"),
+            "presets": rows("presets")}  # fmt: skip
 
 
 async def test_an_account_moves_between_sqlite_and_postgresql_and_back(tmp_path: Path) -> None:
@@ -118,27 +131,31 @@ async def test_an_account_moves_between_sqlite_and_postgresql_and_back(tmp_path:
         messages = await seed(lite, alice)
         original = await state(lite, alice)
         assert (len(original["chats"]), len(original["messages"])) == (2, messages)
+        assert (len(original["settings"]), len(original["presets"])) == (1, 1)
 
         exported = await run("export", "--database-url", lite_url, "--user", "alice")
         assert exported.returncode == 0, exported.stderr
-        assert f"exported 2 chats, {messages} messages of alice" in exported.stderr
+        assert f"exported 2 chats, {messages} messages, 1 presets, the settings of alice" in exported.stderr
         wire = json.loads(exported.stdout)
         assert (wire["format"], wire["version"]) == ("chat-export", 1)
         assert {m["id"]: m["lastSeq"] for m in wire["messages"]} == {m["id"]: m["last_seq"] for m in original["messages"]}
+        assert wire["settings"][0]["instructions"] == "Metric units." and wire["presets"][0]["name"] == "Terse"
+        entities = 2 + messages + 2  # (and the settings and the preset)
 
         # SQLite -> PostgreSQL (three events a transaction: the order holds across batches).
         imported = await run(
             "import", "--database-url", pg_url, "--user", "bob", "--max-batch-events", "3", input=exported.stdout
         )
         assert imported.returncode == 0, imported.stderr
-        assert f"imported 2 chats, {messages} messages (0 duplicates, 0 rejected)" in imported.stderr
+        assert f"imported 2 chats, {messages} messages, 1 presets, the settings (0 duplicates, 0 rejected)" in imported.stderr
         arrived = await state(pg, bob)
         assert comparable(arrived) == comparable(original)
         assert {m["status"] for m in arrived["messages"]} == {"completed", "cancelled"}  # no run is left going
 
+        # Again: the settings are the account's own now, so the file's are left out.
         again = await run("import", "--database-url", pg_url, "--user", "bob", input=exported.stdout)
         assert again.returncode == 0, again.stderr
-        assert f"imported 0 chats, 0 messages ({2 + messages} duplicates, 0 rejected)" in again.stderr
+        assert f"imported 0 chats, 0 messages, 0 presets ({entities - 1} duplicates, 0 rejected)" in again.stderr
         assert await state(pg, bob) == arrived  # not a row, not a seq changed
 
         # PostgreSQL -> SQLite.
@@ -146,18 +163,19 @@ async def test_an_account_moves_between_sqlite_and_postgresql_and_back(tmp_path:
         assert back.returncode == 0, back.stderr
         home = await run("import", "--database-url", lite_url, "--user", "carol", input=back.stdout)
         assert home.returncode == 0, home.stderr
-        assert f"imported 2 chats, {messages} messages (0 duplicates, 0 rejected)" in home.stderr
+        assert f"imported 2 chats, {messages} messages, 1 presets, the settings (0 duplicates, 0 rejected)" in home.stderr
         assert comparable(await state(lite, carol)) == comparable(original)
 
         # The export of an imported account is the same events as the file it came from.
         same = await run("import", "--database-url", lite_url, "--user", "carol", input=exported.stdout)
-        assert f"imported 0 chats, 0 messages ({2 + messages} duplicates, 0 rejected)" in same.stderr
+        assert f"imported 0 chats, 0 messages, 0 presets ({entities - 1} duplicates, 0 rejected)" in same.stderr
 
-        # An import never overwrites: into the account it came from, everything is there already.
+        # An import never overwrites: into the account it came from, everything is there already
+        # (and its own settings are kept).
         before = await state(lite, alice)
         onto_itself = await run("import", "--database-url", lite_url, "--user", "alice", input=exported.stdout)
         assert onto_itself.returncode == 3
-        assert f"imported 0 chats, 0 messages (0 duplicates, {2 + messages} rejected)" in onto_itself.stderr
+        assert f"imported 0 chats, 0 messages, 0 presets (0 duplicates, {entities - 1} rejected)" in onto_itself.stderr
         assert "already exists" in onto_itself.stderr
         assert await state(lite, alice) == before
     finally:

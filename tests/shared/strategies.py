@@ -8,6 +8,8 @@ from typing import TypeVar
 from hypothesis import strategies as st
 
 from shared.models import (
+    MAX_INSTRUCTIONS,
+    SETTINGS_ID,
     Attachment,
     Chat,
     ChatRef,
@@ -16,8 +18,14 @@ from shared.models import (
     LoggedEvent,
     Message,
     MessageRef,
+    Preset,
+    PresetRef,
+    QueuedSend,
     RunCancel,
+    RunContinue,
     RunRequest,
+    Settings,
+    TokenUsage,
     format_time,
 )
 
@@ -39,7 +47,35 @@ def model(cls: type[T], **fields: st.SearchStrategy[object]) -> st.SearchStrateg
     return st.fixed_dictionaries(fields).map(lambda values: cls(**values))
 
 
-chats = model(Chat, id=ids, title=st.text(characters, max_size=100), created_at=times)
+# Instructions as people write them: none, blank, whitespace, one line or several.
+instructions = st.sampled_from(["", " ", "\n\t \n", "Answer in French.", "Be brief.\n\nUse lists.", "x" * MAX_INSTRUCTIONS]) | st.text(
+    characters, max_size=60
+)
+chats = model(
+    Chat,
+    id=ids,
+    title=st.text(characters, max_size=100),
+    created_at=times,
+    instructions=st.none() | instructions,
+    preset_id=st.none() | ids,
+)
+usages = model(
+    TokenUsage,
+    prompt_tokens=st.integers(0, 2**53 - 1),
+    completion_tokens=st.integers(0, 2**53 - 1),
+    estimated=st.booleans(),
+)
+presets = model(
+    Preset,
+    id=ids,
+    name=st.text(characters, min_size=1, max_size=100),
+    assistant_id=st.none() | st.text(characters, min_size=1, max_size=20),
+    instructions=instructions,
+    temperature=st.none() | st.floats(0, 2, allow_nan=False) | st.sampled_from([0.0, 0.7, 1.0, 2.0]),
+    max_tokens=st.none() | st.integers(1, 1_000_000),
+    created_at=times,
+)
+settings = model(Settings, id=st.just(SETTINGS_ID), instructions=instructions, default_preset_id=st.none() | ids, created_at=times)
 
 
 # (Cheap to draw: the strategies of messages are drawn by the thousand.)
@@ -67,6 +103,24 @@ def messages(role: str | None = None) -> st.SearchStrategy[Message]:
         assistant_id=st.none() | st.text(characters, min_size=1, max_size=20),
         run_id=st.none() | ids,
         created_at=times,
+        preset_id=st.none() | ids,
+        instructions=st.none() | instructions,
+        finish_reason=st.none() | st.sampled_from(["stop", "length", "cancelled", "failed"]),
+        usage=st.none() | usages,
+    )
+
+
+@st.composite
+def queued_sends(draw: st.DrawFn) -> QueuedSend:
+    run = draw(st.none() | ids)
+    return QueuedSend(
+        message_id=draw(ids),
+        chat_id=draw(ids),
+        parent_id=draw(st.none() | ids),
+        run_id=run,
+        reply_id=None if run is None else draw(ids),
+        assistant_id=draw(st.text(characters, min_size=1, max_size=20) if run else st.none() | st.text(characters, min_size=1, max_size=20)),
+        preset_id=draw(st.none() | ids),
     )
 
 
@@ -87,8 +141,18 @@ PAYLOADS: dict[EventType, st.SearchStrategy[object]] = {
         parent_id=st.none() | ids,
         message_id=ids,
         assistant_id=st.text(characters, min_size=1, max_size=20),
+        preset_id=st.none() | ids,
+        instructions=st.none() | instructions,
     ),
     EventType.ASSISTANT_RUN_CANCELLED: model(RunCancel, run_id=ids, message_id=ids),
+    EventType.SETTINGS_UPDATED: settings,
+    EventType.PRESET_CREATED: presets,
+    EventType.PRESET_UPDATED: presets,
+    EventType.PRESET_DELETED: model(PresetRef, id=ids),
+    EventType.ASSISTANT_RUN_CONTINUED: model(
+        RunContinue, run_id=ids, chat_id=ids, message_id=ids, assistant_id=st.text(characters, min_size=1, max_size=20)
+    ),
+    EventType.QUEUED_MESSAGE_SENT: queued_sends(),
 }
 
 

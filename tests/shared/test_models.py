@@ -6,9 +6,24 @@ import pytest
 from hypothesis import given
 from pydantic import ValidationError
 
-from shared.models import DomainEvent, LoggedEvent, Message, Snapshot
-from tests.shared.strategies import chats, domain_events, logged_events, messages
-from tests.shared.vectors import CHAT, MSG, T0, VECTORS
+from shared.models import (
+    MAX_INSTRUCTIONS,
+    MAX_SYSTEM_MESSAGE,
+    SETTINGS_ID,
+    Chat,
+    DomainEvent,
+    LoggedEvent,
+    Message,
+    Preset,
+    QueuedSend,
+    RunRequest,
+    Settings,
+    Snapshot,
+    StateResponse,
+    TokenUsage,
+)
+from tests.shared.strategies import chats, domain_events, logged_events, messages, presets, settings
+from tests.shared.vectors import CHAT, MSG, PARENT, RUN, T0, VECTORS
 
 
 @given(domain_events())
@@ -23,18 +38,106 @@ def test_logged_events_round_trip_through_json(event: LoggedEvent) -> None:
     assert LoggedEvent.model_validate_json(json.dumps(event.wire())) == event
 
 
-@given(chats, messages())
-def test_entities_are_camel_case_on_the_wire(chat: object, message: Message) -> None:
-    snapshot = Snapshot(chats=[chat], messages=[message])  # type: ignore[list-item]
+@given(chats, messages(), settings, presets)
+def test_entities_are_camel_case_on_the_wire(chat: Chat, message: Message, account: Settings, preset: Preset) -> None:
+    snapshot = Snapshot(chats=[chat], messages=[message], settings=[account], presets=[preset])
     wire = snapshot.wire()
-    # (``attachments`` only when there are some: the JSON of one without is as it always was)
+    # (each newer field only when it has a value: the JSON of a message without is as it always was)
+    optional = {"attachments": message.attachments, "presetId": message.preset_id, "instructions": message.instructions,
+                "finishReason": message.finish_reason, "usage": message.usage}  # fmt: skip
     assert set(wire["messages"][0]) == {
         "id", "chatId", "role", "content", "parentId", "status", "assistantId", "runId",
         "createdAt", "updatedAt", "lastSeq",
-    } | ({"attachments"} if message.attachments else set())
+    } | {name for name, value in optional.items() if value not in (None, ())}
+    if message.usage is not None:
+        assert set(wire["messages"][0]["usage"]) == {"promptTokens", "completionTokens", "estimated"}
     for attachment in wire["messages"][0].get("attachments", []):
         assert {"sha256", "name", "mime", "size"} <= set(attachment) <= {"sha256", "name", "mime", "size", "width", "height"}
+    assert set(wire["chats"][0]) == {"id", "title", "createdAt", "updatedAt", "lastSeq"} | (
+        {"instructions"} if chat.instructions is not None else set()
+    ) | ({"presetId"} if chat.preset_id is not None else set())
+    assert set(wire["settings"][0]) == {"id", "instructions", "defaultPresetId", "createdAt", "updatedAt", "lastSeq"}
+    assert set(wire["presets"][0]) == {
+        "id", "name", "assistantId", "instructions", "temperature", "maxTokens", "createdAt", "updatedAt", "lastSeq",
+    }  # fmt: skip
     assert Snapshot.model_validate(wire) == snapshot
+    assert Snapshot.model_validate_json(json.dumps(wire)) == snapshot
+
+
+# JSON as it was before instructions, presets, Continue and queued follow-ups: it reads as it
+# did, and is written back byte for byte (an older client and an older event are unaffected).
+OLD_JSON = [
+    (Chat, f'{{"id":"{CHAT}","title":"Trip","createdAt":"{T0}","updatedAt":"{T0}","lastSeq":3}}'),
+    (
+        Message,
+        f'{{"id":"{MSG}","chatId":"{CHAT}","role":"assistant","content":"Hi","parentId":"{PARENT}","status":"completed",'
+        f'"assistantId":"demo","runId":"{RUN}","createdAt":"{T0}","updatedAt":"{T0}","lastSeq":4}}',
+    ),
+    (RunRequest, f'{{"runId":"{RUN}","chatId":"{CHAT}","parentId":"{PARENT}","messageId":"{MSG}","assistantId":"demo"}}'),
+    (StateResponse, '{"snapshot":{"chats":[],"messages":[]},"upToSeq":0,"currentSeq":0,"nextPage":null,"total":0}'),
+]
+
+
+@pytest.mark.parametrize(("model", "raw"), OLD_JSON)
+def test_json_from_before_reads_and_round_trips_byte_for_byte(model: type[Chat], raw: str) -> None:
+    parsed = model.model_validate_json(raw)
+    if model is StateResponse:  # (the new lists are always said, an older client ignores them)
+        assert parsed.model_dump_json(by_alias=True) == raw.replace('"messages":[]', '"messages":[],"settings":[],"presets":[]')
+    else:
+        assert parsed.model_dump_json(by_alias=True) == raw
+
+
+def test_a_row_from_before_the_new_columns_reads() -> None:
+    """A row read back as it was (no new columns), and one with them all NULL, are the same message."""
+    row = {"id": MSG, "chat_id": CHAT, "role": "user", "content": "x", "parent_id": None, "status": "completed",
+           "assistant_id": None, "run_id": None, "created_at": T0, "updated_at": T0, "last_seq": 1, "attachments_json": None}  # fmt: skip
+    nulls = {"preset_id": None, "instructions": None, "finish_reason": None, "usage_json": None}
+    assert Message.model_validate(row) == Message.model_validate({**row, **nulls})
+    usage = Message.model_validate({**row, "usage_json": '{"promptTokens":3,"completionTokens":5,"estimated":true}'})
+    assert usage.usage == TokenUsage(prompt_tokens=3, completion_tokens=5, estimated=True)
+    assert usage.usage_json == '{"promptTokens":3,"completionTokens":5,"estimated":true}'
+    chat = {"id": CHAT, "title": "t", "created_at": T0, "updated_at": T0, "last_seq": 1}
+    assert Chat.model_validate(chat) == Chat.model_validate({**chat, "instructions": None, "preset_id": None})
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "complaint"),
+    [
+        (Chat, {"instructions": "x" * (MAX_INSTRUCTIONS + 1)}, "instructions"),
+        (Preset, {"name": ""}, "name"),
+        (Preset, {"name": "x" * 101}, "name"),
+        (Preset, {"temperature": 2.5}, "temperature"),
+        (Preset, {"temperature": float("nan")}, "temperature"),
+        (Preset, {"maxTokens": 0}, "maxTokens"),
+        (Preset, {"maxTokens": 1_000_001}, "maxTokens"),
+        (Preset, {"instructions": "x" * (MAX_INSTRUCTIONS + 1)}, "instructions"),
+        (Settings, {"instructions": "a\x00b"}, "NUL"),
+        (Message, {"finishReason": "tired"}, "finishReason"),
+        (Message, {"instructions": "x" * (MAX_SYSTEM_MESSAGE + 1)}, "instructions"),
+        (Message, {"usage": {"promptTokens": -1, "completionTokens": 0}}, "promptTokens"),
+        (QueuedSend, {"runId": RUN}, "replyId"),
+        (QueuedSend, {"replyId": RUN}, "replyId"),
+        (QueuedSend, {"runId": RUN, "replyId": MSG}, "assistantId"),
+    ],
+)
+def test_the_new_shapes_are_checked(model: type[Chat], fields: dict[str, object], complaint: str) -> None:
+    base: dict[str, dict[str, object]] = {
+        "Chat": {"id": CHAT, "title": "t", "createdAt": T0},
+        "Preset": {"id": CHAT, "name": "Terse", "createdAt": T0},
+        "Settings": {"id": SETTINGS_ID, "createdAt": T0},
+        "Message": {"id": MSG, "chatId": CHAT, "role": "assistant", "content": "", "createdAt": T0},
+        "QueuedSend": {"messageId": MSG, "chatId": CHAT, "parentId": PARENT},
+    }
+    model.model_validate(base[model.__name__])  # (the base is good)
+    with pytest.raises(ValidationError, match=complaint):
+        model.model_validate({**base[model.__name__], **fields})
+
+
+def test_a_queued_follow_up_is_a_user_message_with_status_queued() -> None:
+    message = Message(id=MSG, chat_id=CHAT, role="user", content="and then?", status="queued", created_at=T0)
+    assert message.is_queued_follow_up
+    assert not message.model_copy(update={"status": "completed"}).is_queued_follow_up
+    assert not message.model_copy(update={"role": "assistant"}).is_queued_follow_up
 
 
 def test_times_are_normalized_to_utc_milliseconds() -> None:

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from server.validation import validation_error
-from shared.models import Chat, DomainEvent, EventType, Message
+from shared.models import SETTINGS_ID, Chat, DomainEvent, EventType, Message, Preset, Settings
 from shared.reducer import Upsert, apply, row_of
 from shared.transfer import Export, batches, export_of, import_events
-from tests.shared.strategies import chats, ids, messages, seqs, times
+from tests.shared.strategies import chats, ids, messages, presets, seqs, settings, times
 
 NOW = "2026-12-01T09:00:00.000Z"
 LATER = "2027-01-01T00:00:00.000Z"
@@ -42,7 +42,7 @@ M = [f"00000000-0000-4000-8000-0000000001{n:02d}" for n in range(10)]
 def reduced(events: list[DomainEvent]) -> Rows:
     """The state the shared reducer makes of ``events``, from nothing; also checks that the
     server's validation accepts each one against the state before it."""
-    rows: Rows = {"chats": {}, "messages": {}}
+    rows: Rows = {"chats": {}, "messages": {}, "presets": {}, "settings": {}}
 
     class Reader:
         def chat_exists(self, chat_id: str) -> bool:
@@ -56,8 +56,19 @@ def reduced(events: list[DomainEvent]) -> Rows:
             row = rows["messages"].get(message_id)
             return None if row is None else str(row["status"])
 
+        def message_role(self, message_id: str) -> str | None:
+            row = rows["messages"].get(message_id)
+            return None if row is None else str(row["role"])
+
+        def message_run(self, message_id: str) -> str | None:
+            row = rows["messages"].get(message_id)
+            return None if row is None or row["run_id"] is None else str(row["run_id"])
+
         def run_exists(self, run_id: str) -> bool:
             return False
+
+        def preset_exists(self, preset_id: str) -> bool:
+            return preset_id in rows["presets"]
 
     for event in events:
         assert validation_error(event, Reader()) is None, event
@@ -73,15 +84,25 @@ def without_server_fills(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 def as_imported(message: Message) -> dict[str, Any]:
     row = {k: v for k, v in row_of(message).items() if k not in SERVER_FILLS}  # (as a row holds it)
-    if row["status"] in ("queued", "streaming"):
-        row["status"] = "cancelled"
+    if message.is_queued_follow_up:
+        row["status"] = "completed"  # (sent, unanswered: nothing is run by an import)
+    elif row["status"] in ("queued", "streaming"):
+        row["status"], row["finish_reason"] = "cancelled", "cancelled"
     return row
 
 
+def as_rows(entities: list[Chat] | list[Preset] | list[Settings]) -> dict[str, dict[str, Any]]:
+    return without_server_fills({e.id: row_of(e) for e in entities})
+
+
+State = tuple[list[Chat], list[Message], list[Settings], list[Preset]]
+
+
 @st.composite
-def states(draw: st.DrawFn) -> tuple[list[Chat], list[Message]]:
+def states(draw: st.DrawFn) -> State:
     """Chats and messages as a server holds them: lastSeq and updatedAt filled, parents among the
-    messages or gone (deleted), now and then a message of a chat that is not there, any clocks."""
+    messages or gone (deleted), now and then a message of a chat that is not there, any clocks;
+    and the settings (or none) and presets."""
     chat_list = [
         c.model_copy(update={"updated_at": draw(times), "last_seq": draw(seqs)})
         for c in draw(st.lists(chats, unique_by=lambda c: c.id, max_size=4))
@@ -101,7 +122,10 @@ def states(draw: st.DrawFn) -> tuple[list[Chat], list[Message]]:
         )
         for id in message_ids
     ]
-    return chat_list, message_list
+    filled = {"updated_at": draw(times), "last_seq": draw(seqs)}
+    account = [s.model_copy(update=filled) for s in draw(st.lists(settings, max_size=1))]
+    preset_list = [p.model_copy(update=filled) for p in draw(st.lists(presets, unique_by=lambda p: p.id, max_size=3))]
+    return chat_list, message_list, account, preset_list
 
 
 def on_a_cycle(id: str, parent_of: dict[str, str | None]) -> bool:
@@ -116,20 +140,26 @@ def on_a_cycle(id: str, parent_of: dict[str, str | None]) -> bool:
 
 
 @given(states())
-def test_importing_an_export_rebuilds_its_chats_and_messages(state: tuple[list[Chat], list[Message]]) -> None:
-    chat_list, message_list = state
-    export = export_of(chat_list, message_list, NOW)
+def test_importing_an_export_rebuilds_its_chats_and_messages(state: State) -> None:
+    chat_list, message_list, account, preset_list = state
+    export = export_of(chat_list, message_list, NOW, account, preset_list)
     events = import_events(export, NOW)
     rows = reduced(events)
 
     chat_ids = {c.id for c in chat_list}
-    assert without_server_fills(rows["chats"]) == {c.id: c.model_dump(exclude=set(SERVER_FILLS)) for c in chat_list}
+    assert without_server_fills(rows["chats"]) == as_rows(chat_list)
     kept = [m for m in message_list if m.chat_id in chat_ids]  # the others' chat is not in the file
     assert without_server_fills(rows["messages"]) == {m.id: as_imported(m) for m in kept}
+    assert without_server_fills(rows["settings"]) == as_rows(account)
+    assert without_server_fills(rows["presets"]) == as_rows(preset_list)
 
-    # Chats first, then every message after its parent (but where the parents go round in a circle).
+    # The settings, the presets, the chats, then every message after its parent (but where the
+    # parents go round in a circle).
     kinds = [e.type for e in events]
-    assert kinds == [EventType.CHAT_CREATED] * len(chat_list) + [EventType.MESSAGE_APPENDED] * len(kept)
+    assert kinds == (
+        [EventType.SETTINGS_UPDATED] * len(account) + [EventType.PRESET_CREATED] * len(preset_list)
+        + [EventType.CHAT_CREATED] * len(chat_list) + [EventType.MESSAGE_APPENDED] * len(kept)
+    )  # fmt: skip
     position = {e.payload.id: i for i, e in enumerate(events)}
     parent_of = {m.id: m.parent_id for m in kept}
     for m in kept:
@@ -145,9 +175,14 @@ def test_importing_an_export_rebuilds_its_chats_and_messages(state: tuple[list[C
     assert len({e.event_id for e in events}) == len(events)
 
 
+    # Into an account that has its own settings, the file's are left out (never overwritten).
+    assert [e for e in import_events(export, NOW, has_settings=True) if e.type is EventType.SETTINGS_UPDATED] == []
+
+
 @given(states())
-def test_an_export_round_trips_through_its_json(state: tuple[list[Chat], list[Message]]) -> None:
-    export = export_of(*state, NOW)
+def test_an_export_round_trips_through_its_json(state: State) -> None:
+    chat_list, message_list, account, preset_list = state
+    export = export_of(chat_list, message_list, NOW, account, preset_list)
     assert Export.model_validate_json(export.model_dump_json(by_alias=True)) == export
     assert Export.model_validate(json.loads(json.dumps(export.wire()))) == export
 
@@ -161,6 +196,28 @@ def test_the_file_holds_the_entities_as_on_the_wire_in_creation_order() -> None:
     assert [m["id"] for m in wire["messages"]] == [M[1], M[0]]
     assert wire["chats"][0] == chat(C1, 5).wire()  # lastSeq and updatedAt kept, camelCase
     assert wire["messages"][0]["lastSeq"] == 9 and "chatId" in wire["messages"][0]
+
+
+def test_settings_and_presets_are_in_the_file_only_when_there_are_some() -> None:
+    """An account without them exports the file older versions wrote; a file without them (an
+    older one) imports; one with them carries them as the state has them."""
+    account = Settings(id=SETTINGS_ID, instructions="Be brief.", created_at=NOW, updated_at=NOW, last_seq=3)
+    preset = Preset(id=M[9], name="Terse", assistant_id="demo", temperature=0.5, created_at=NOW, updated_at=NOW, last_seq=4)
+    both = export_of([chat(C1)], [], NOW, [account], [preset]).wire()
+    assert list(both) == ["format", "version", "exportedAt", "chats", "messages", "settings", "presets"]
+    assert both["settings"] == [account.wire()] and both["presets"] == [preset.wire()]
+    old = {"format": "chat-export", "version": 1, "exportedAt": NOW, "chats": [chat(C1).wire()], "messages": []}
+    assert export_of([chat(C1)], [], NOW).wire() == old
+    assert [e.type for e in import_events(Export.model_validate(old), NOW)] == [EventType.CHAT_CREATED]
+    with pytest.raises(ValidationError, match="settings"):  # (one account, one settings row)
+        Export.model_validate({**old, "settings": [account.wire(), account.wire()]})
+
+
+def test_a_follow_up_still_queued_arrives_sent_and_unanswered() -> None:
+    queued = message(M[1], C1, 1, parent=M[0], status="queued", preset_id=M[9])
+    [_, _, sent] = import_events(export_of([chat(C1)], [message(M[0], C1, 0), queued], NOW), NOW)
+    assert isinstance(sent.payload, Message)
+    assert (sent.payload.status, sent.payload.parent_id, sent.payload.preset_id) == ("completed", M[0], M[9])
 
 
 @pytest.mark.parametrize(
@@ -216,6 +273,8 @@ def test_replies_still_running_are_imported_as_cancelled_and_no_run_is_asked_for
     assert {e.type for e in events} == {EventType.CHAT_CREATED, EventType.MESSAGE_APPENDED}
     statuses = [e.payload.status for e in events[2:] if isinstance(e.payload, Message)]
     assert statuses == ["completed", "cancelled", "cancelled", "failed_upstream", "cancelled"]
+    reasons = [e.payload.finish_reason for e in events[2:] if isinstance(e.payload, Message)]
+    assert reasons == [None, "cancelled", "cancelled", None, None]  # (a reply that was cut says so)
     assert all(isinstance(e.payload, Message) and e.payload.run_id == M[9] for e in events[2:])
 
 

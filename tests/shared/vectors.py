@@ -12,6 +12,10 @@ CHAT = "01937a4e-0000-7000-8000-00000000c001"
 MSG = "01937a4e-0000-7000-8000-00000000a001"
 PARENT = "01937a4e-0000-7000-8000-00000000a000"
 RUN = "01937a4e-0000-7000-8000-00000000b001"
+RUN2 = "01937a4e-0000-7000-8000-00000000b002"
+REPLY = "01937a4e-0000-7000-8000-00000000a002"
+PRESET = "01937a4e-0000-7000-8000-00000000d001"
+SETTINGS = "00000000-0000-7000-8000-000000000000"
 T0 = "2026-11-30T12:00:00.123Z"
 T1 = "2026-11-30T12:00:05.000Z"
 
@@ -44,6 +48,15 @@ def _message(role: str, **extra: Any) -> dict[str, Any]:
 
 
 CHAT_PAYLOAD = {"id": CHAT, "title": "Trip planning", "createdAt": T0}
+PRESET_PAYLOAD = {
+    "id": PRESET,
+    "name": "Terse",
+    "assistantId": "demo",
+    "instructions": "Answer in one sentence.",
+    "temperature": 0.2,
+    "maxTokens": 300,
+    "createdAt": T0,
+}
 
 VECTORS: list[dict[str, Any]] = [
     _event(1, "ChatCreated", CHAT_PAYLOAD, 1),
@@ -62,9 +75,47 @@ VECTORS: list[dict[str, Any]] = [
         10,
     ),
     _event(11, "AssistantRunCancelled", {"runId": RUN, "messageId": MSG}, 11),
+    _event(
+        14,
+        "SettingsUpdated",
+        {"id": SETTINGS, "instructions": "I am a nurse.\nUse metric units.", "defaultPresetId": PRESET, "createdAt": T0},
+        14,
+    ),
+    _event(15, "PresetCreated", PRESET_PAYLOAD, 15),
+    _event(16, "PresetUpdated", {**PRESET_PAYLOAD, "name": "Very terse", "temperature": None, "maxTokens": None}, 16),
+    _event(17, "PresetDeleted", {"id": PRESET}, 17),
+    _event(18, "AssistantRunContinued", {"runId": RUN2, "chatId": CHAT, "messageId": MSG, "assistantId": "demo"}, 18),
+    _event(
+        19,
+        "QueuedMessageSent",
+        {"messageId": MSG, "chatId": CHAT, "parentId": PARENT, "runId": RUN2, "replyId": REPLY, "assistantId": "demo",
+         "presetId": PRESET},
+        19,
+    ),  # fmt: skip
+    # A chat and a reply with everything the newer fields hold.
+    _event(20, "ChatUpdated", {**CHAT_PAYLOAD, "instructions": "Plan for two.", "presetId": PRESET}, 20),
+    _event(
+        21,
+        "MessageEdited",
+        _message(
+            "assistant", status="completed", runId=RUN, assistantId="demo", presetId=PRESET,
+            instructions="I am a nurse.\n\nPlan for two.", finishReason="length",
+            usage={"promptTokens": 12, "completionTokens": 300, "estimated": True},
+        ),
+        21,
+    ),  # fmt: skip
+    _event(
+        22,
+        "AssistantRunRequested",
+        {"runId": RUN, "chatId": CHAT, "parentId": PARENT, "messageId": MSG, "assistantId": "demo", "presetId": PRESET,
+         "instructions": "Exactly this."},
+        22,
+    ),  # fmt: skip
     # Not yet logged: a client's optimistic application.
     _event(12, "MessageAppended", _message("user"), None),
     _event(13, "AssistantRunCancelled", {"runId": RUN, "messageId": MSG}, None),
+    _event(23, "MessageAppended", _message("user", status="queued", presetId=PRESET), None),
+    _event(24, "QueuedMessageSent", {"messageId": MSG, "chatId": CHAT, "parentId": PARENT}, None),
 ]
 
 # Runs as-is under CPython and under Pyodide: what an event turns into, end to end.

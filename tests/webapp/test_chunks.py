@@ -137,7 +137,7 @@ async def test_a_commit_stores_a_few_chunks_whatever_the_size_of_the_database(tm
     await store.add_local(DomainEvent(event_id=new_id(), type=EventType.CHAT_CREATED, payload=chat, created_at=T))
     rows = [(new_id(), chat.id, "user", "x" * 1000, None, "completed", None, None, T, T, 1, None) for _ in range(20_000)]
     with store._transaction() as conn:
-        conn.executemany("INSERT INTO confirmed_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO confirmed_messages (id, chat_id, role, content, parent_id, status, assistant_id, run_id, created_at, updated_at, last_seq, attachments_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     await store._durable()
     while os.path.exists(str(tmp_path / "chat.db-wal")) and os.path.getsize(tmp_path / "chat.db-wal") > 0:
         await store.open()  # checkpoint the bulk insert

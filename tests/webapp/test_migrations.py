@@ -103,6 +103,7 @@ def test_a_column_in_another_place_is_named(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setitem(TABLES, "chats", replace(chats, columns=(chats.columns[-1], *chats.columns[:-1])))
     found = differences(today(), migrated(tmp_path))
     assert found == [
-        f"{table}: columns in the order (id, title, created_at, updated_at, last_seq), expected (last_seq, id, title, created_at, updated_at)"
+        f"{table}: columns in the order (id, title, created_at, updated_at, last_seq, instructions, preset_id), "
+        "expected (preset_id, id, title, created_at, updated_at, last_seq, instructions)"
         for table in ("chats", "confirmed_chats")
     ]

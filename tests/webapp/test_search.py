@@ -33,13 +33,13 @@ def check(store: LocalStore) -> None:
 def test_the_index_is_always_the_index_of_the_rows(transactions: list[list[tuple[str, int, str]]]) -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = LocalStore(f"{directory}/local.db", FilePersistence())
-        store.conn.execute("INSERT INTO chats VALUES ('c', 'chat', 't', 't', 1)")
+        store.conn.execute("INSERT INTO chats (id, title, created_at, updated_at, last_seq) VALUES ('c', 'chat', 't', 't', 1)")
         for operations_ in transactions:
             with store._transaction() as conn:
                 for kind, n, text in operations_:
                     if kind == "upsert":
                         conn.execute(
-                            "INSERT INTO messages VALUES (?, 'c', 'user', ?, NULL, 'completed', NULL, NULL, 't', 't', 1, NULL) "
+                            "INSERT INTO messages (id, chat_id, role, content, parent_id, status, assistant_id, run_id, created_at, updated_at, last_seq, attachments_json) VALUES (?, 'c', 'user', ?, NULL, 'completed', NULL, NULL, 't', 't', 1, NULL) "
                             "ON CONFLICT (id) DO UPDATE SET content = excluded.content",
                             (f"m{n}", text),
                         )
@@ -72,7 +72,7 @@ def test_chats_found_by_title_come_in_one_order_whatever_order_they_were_stored_
         with tempfile.TemporaryDirectory() as directory:
             store = LocalStore(f"{directory}/local.db", FilePersistence())
             for chat_id in ids:  # the same time for all: only the id can order them
-                store.conn.execute("INSERT INTO chats VALUES (?, 'alpha plans', 't', 't', 1)", (chat_id,))
+                store.conn.execute("INSERT INTO chats (id, title, created_at, updated_at, last_seq) VALUES (?, 'alpha plans', 't', 't', 1)", (chat_id,))
             orders.append([hit.chat_id for hit in store.search("alpha")])
             store.close()
     assert orders[0] == orders[1] and sorted(orders[0]) == ["a", "b", "c"]

@@ -138,7 +138,7 @@ async def test_a_full_resync_replaces_and_keeps_pending_work(app: Quart, tmp_pat
     ghost = Chat(id=new_id(), title="ghost", created_at=T, updated_at=T, last_seq=1)
     # A row the server does not have sneaks into the confirmed state...
     a.store.conn.execute(
-        "INSERT INTO confirmed_chats VALUES (?, ?, ?, ?, ?)", (ghost.id, "ghost", T, T, 1)
+        "INSERT INTO confirmed_chats (id, title, created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?)", (ghost.id, "ghost", T, T, 1)
     )
     await a.say(chat, "pending")
     await a.engine.resync()
