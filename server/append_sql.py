@@ -169,6 +169,16 @@ async def insert_runs(tx: Tx, rows: list[Row]) -> None:
     )
 
 
+async def note_follow_ups(tx: Tx, rows: list[Row]) -> None:
+    """The chats where a follow-up was queued (account, chat, its seq), for the run workers to
+    send it when the answer before it ends (the follow_ups table: server/runs.py)."""
+    await tx.executemany(
+        "INSERT INTO follow_ups (account_id, chat_id, noted_seq) VALUES (?, ?, ?) "
+        "ON CONFLICT (account_id, chat_id) DO UPDATE SET noted_seq = excluded.noted_seq",
+        rows,
+    )
+
+
 def _pairs_in(dialect: Dialect, columns: str, pairs: list[tuple[str, str]]) -> tuple[str, list[Param]]:
     """``(a, b) IN <the pairs>`` and its parameters. PostgreSQL gets two arrays, so the statement
     text is the same whatever the count (asyncpg prepares each distinct text once); SQLite gets

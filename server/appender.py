@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from server.append_sql import insert_runs, lock_and_prefetch, prefetch, write, write_if_heads_are
+from server.append_sql import insert_runs, lock_and_prefetch, note_follow_ups, prefetch, write, write_if_heads_are
 from server.db import Database, Row, Tx
 from server.postgres_db import PostgresDatabase
 from server.store import Rejected
 from server.validation import AccountState, footprint, validation_error
-from shared.models import DomainEvent, EventResult, QueuedSend, RunCancel, RunContinue, RunRequest, format_time
+from shared.models import DomainEvent, EventResult, Message, QueuedSend, RunCancel, RunContinue, RunRequest, format_time
 from shared.reducer import Mutation, mutations
 
 # Transactions in flight at once per process: while one waits for its commit to reach the disk,
@@ -56,6 +56,7 @@ class _Plan:
     log_rows: list[Row] = field(default_factory=list)
     changes: list[tuple[str, Mutation]] = field(default_factory=list)
     runs: list[Row] = field(default_factory=list)  # rows of the runs table
+    follow_ups: list[Row] = field(default_factory=list)  # (account, chat, seq): a follow-up queued
     heads: dict[str, int] = field(default_factory=dict)  # the accounts' new heads
 
 
@@ -161,8 +162,8 @@ class Appender:
             plan = self._plan(group, heads, states)
             if not plan.log_rows:
                 return plan.outcomes  # duplicates and rejections only: nothing to write
-            if plan.runs:
-                return None  # (queueing a run takes a statement of its own)
+            if plan.runs or plan.follow_ups:
+                return None  # (queueing a run, or noting a follow-up, takes a statement of its own)
             written = await write_if_heads_are(tx, expected, plan.log_rows, plan.changes)
         return plan.outcomes if written else None
 
@@ -199,6 +200,8 @@ class Appender:
                 run = run_of(event, self._serves)
                 if run is not None:
                     plan.runs.append((account, *run, seq, now))
+                if isinstance(event.payload, Message) and event.payload.is_queued_follow_up:
+                    plan.follow_ups.append((account, event.payload.chat_id, seq))
                 state.apply(event)
                 state.logged[event.event_id] = seq
                 results.append(EventResult(event_id=event.event_id, status="accepted", seq=seq))
@@ -212,3 +215,5 @@ class Appender:
             await write(tx, self._db.dialect, plan.log_rows, plan.changes, plan.heads)
         if plan.runs:
             await insert_runs(tx, plan.runs)
+        if plan.follow_ups:
+            await note_follow_ups(tx, plan.follow_ups)

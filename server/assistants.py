@@ -8,7 +8,9 @@ Configuration, a JSON list (``--assistants-file`` / ``CHAT_ASSISTANTS_FILE``, or
     [{"id": "llama", "name": "Llama 3 (Ollama)", "provider": "openai",
       "baseUrl": "http://127.0.0.1:11434/v1", "model": "llama3", "apiKeyEnv": "OLLAMA_KEY"}]
 
-``vision`` (default false): the model reads images, which its requests then carry.
+``vision`` (default false): the model reads images, which its requests then carry. ``prefill``
+(default false): its service continues an unfinished assistant turn sent last (llama.cpp, Ollama,
+vLLM), which Continue then uses (shared/assistants.py, ``continuing``).
 
 Without configuration there is one assistant, ``demo`` (provider ``demo``), so the app works with
 nothing set up and no network beyond the server.
@@ -51,6 +53,9 @@ class AssistantConfig(BaseModel):
     model: str = "demo"
     api_key_env: str | None = None
     vision: bool = False  # it reads images (sent as image_url content parts: server/prompt.py)
+    # Its service continues an unfinished assistant turn given last (llama.cpp, Ollama, vLLM): a
+    # Continue sends the answer so far that way; without it, a short user turn asks to go on.
+    prefill: bool = False
 
 
 # The one assistant of a server with no configuration: it needs no network and no key, but it

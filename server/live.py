@@ -242,7 +242,7 @@ class Hub:
         self._streams.add(account_id, delta, time.monotonic())
         feed = self._feeds.get(account_id)
         if feed is not None:
-            arrived = Delta(delta.message_id, frame)
+            arrived = Delta(delta.message_id, frame, delta.run_id)
             for subscription in feed.subscriptions:
                 subscription.take(arrived)
 
@@ -262,9 +262,9 @@ class Hub:
         """The account's replies streaming now whose text this process knows whole."""
         return self._streams.streaming(account_id)
 
-    def texts(self, account_id: str) -> dict[str, str]:
-        """A delta frame at offset 0 with the whole text so far of each reply streaming now."""
-        return self._streams.texts(account_id)
+    def texts(self, account_id: str) -> dict[str, Delta]:
+        """A delta at offset 0 with the whole text so far of each reply streaming now."""
+        return {m: Delta(m, text, run_id) for m, (run_id, text) in self._streams.texts(account_id).items()}
 
     def socket_count(self) -> int:
         return sum(len(f.subscriptions) for f in self._feeds.values())

@@ -41,7 +41,7 @@ from shared.models import ENDED, CaughtUpFrame, EventFrame, LoggedEvent, Message
 # Deltas are not durable: a socket too slow to take this many is given the texts so far instead
 # (from the hub's streams) and the deltas after them.
 MAX_PENDING_DELTAS = 1000
-# How many ended replies a socket remembers, to drop their late deltas (which come within about a
+# How many ended runs a socket remembers, to drop their late deltas (which come within about a
 # second of the end: a run notices a Stop within one, another process's NOTIFY sooner).
 MAX_ENDED = 256
 
@@ -54,7 +54,7 @@ class Event(NamedTuple):
 
     seq: int
     text: str  # the JSON text of its event frame
-    ends: str | None  # the reply whose run this event ends, if it ends one
+    ends: str | None  # the run this event ends (its reply's last words came before), if it ends one
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,7 @@ class Delta:
 
     message_id: str
     text: str  # the JSON text of the frame
+    run_id: str  # the run that wrote it (a reply continued has several, one after the other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +84,14 @@ PING = Ping()
 Frame = Event | CaughtUp | Delta | Ping
 
 
-def ended_reply(event: LoggedEvent) -> str | None:
-    """The reply whose run ``event`` ends: an assistant's message logged with an ended status, or
-    the Stop of its run. (An ended status is final: the write path refuses any other after it.)"""
+def ended_run(event: LoggedEvent) -> str | None:
+    """The run ``event`` ends: its reply logged with an ended status, or its Stop. (An ended run
+    writes nothing more: a reply continued is written by a new run, whose deltas go out.)"""
     payload = event.payload
     if isinstance(payload, RunCancel):
-        return payload.message_id
+        return payload.run_id
     if isinstance(payload, Message) and payload.run_id is not None and payload.status in ENDED:
-        return payload.id
+        return payload.run_id
     return None
 
 
@@ -105,7 +106,7 @@ class Page:
 
 
 def page_of(after: int, updates: Updates) -> Page:
-    frames = [Event(e.seq, json.dumps(EventFrame(event=e).wire()), ended_reply(e)) for e in updates.events]
+    frames = [Event(e.seq, json.dumps(EventFrame(event=e).wire()), ended_run(e)) for e in updates.events]
     return Page(after, frames, updates.has_more, updates.current_seq)
 
 
@@ -142,10 +143,10 @@ class ReadExpired:
 
 @dataclass(frozen=True, slots=True)
 class StreamsRead:
-    """The texts so far (asked for with ``ReadStreams``): message id -> a delta frame at offset 0
-    with the whole text, for each reply streaming now whose text the hub knows whole."""
+    """The texts so far (asked for with ``ReadStreams``): message id -> a delta at offset 0 with
+    the whole text, for each reply streaming now whose text the hub knows whole."""
 
-    texts: Mapping[str, str]
+    texts: Mapping[str, Delta]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +225,7 @@ class LiveSocket:
         self._before_log = 0
         self.resend = False  # the texts so far are to be sent (after caughtUp, or deltas lost)
         self._ping_due = False
-        self._ended: dict[str, None] = {}  # the replies ended, oldest first
+        self._ended: dict[str, None] = {}  # the runs ended, oldest first
         self._max_deltas = max_deltas
 
     @property
@@ -277,7 +278,7 @@ class LiveSocket:
         while self.caught_up and self._deltas:
             delta = self._deltas.popleft()
             self._before_log = max(0, self._before_log - 1)
-            if delta.message_id not in self._ended:
+            if delta.run_id not in self._ended:
                 return delta
         if self._ping_due:
             self._ping_due = False
@@ -293,7 +294,7 @@ class LiveSocket:
             if isinstance(frame, Event):
                 if frame.ends is not None:
                     self._end(frame.ends)
-            elif isinstance(frame, Delta) and frame.message_id in self._ended:
+            elif isinstance(frame, Delta) and frame.run_id in self._ended:
                 continue
             return frame
         return None
@@ -317,7 +318,7 @@ class LiveSocket:
             self.resend = True  # then what the replies streaming now have so far
 
     def _arrived(self, delta: Delta) -> None:
-        if delta.message_id in self._ended:
+        if delta.run_id in self._ended:
             return
         if len(self._deltas) >= self._max_deltas:  # too slow: the texts so far instead
             self._deltas.clear()
@@ -325,17 +326,17 @@ class LiveSocket:
             self.resend = True
         self._deltas.append(delta)
 
-    def _texts(self, texts: Mapping[str, str]) -> None:
+    def _texts(self, texts: Mapping[str, Delta]) -> None:
         """The texts so far go out next; the waiting deltas they hold are dropped."""
         if texts and self._deltas:
             before = list(self._deltas)[: self._before_log]
             kept = [d for d in self._deltas if d.message_id not in texts]
             self._before_log = sum(1 for d in before if d.message_id not in texts)
             self._deltas = deque(kept)
-        self._queue.extend(Delta(m, text) for m, text in texts.items() if m not in self._ended)
+        self._queue.extend(delta for delta in texts.values() if delta.run_id not in self._ended)
 
-    def _end(self, message_id: str) -> None:
-        self._ended[message_id] = None
+    def _end(self, run_id: str) -> None:
+        self._ended[run_id] = None
         if len(self._ended) > MAX_ENDED:
             del self._ended[next(iter(self._ended))]
 

@@ -146,10 +146,24 @@ def _instructions(dialect: Dialect) -> list[str]:
     ]
 
 
+def _follow_ups(dialect: Dialect) -> list[str]:
+    big = "BIGINT" if dialect == "postgres" else "INTEGER"
+    return [
+        # The chats that have queued follow-ups (shared/followups.py), for the run workers to send
+        # each when the answer before it ends (server/runs.py): ``noted_seq``, the seq of the last
+        # follow-up queued; ``checked_seq``, the log's head when a worker last looked (it looks
+        # again once the account's log has moved on). A row goes once nothing is queued.
+        f"""CREATE TABLE follow_ups (
+            account_id TEXT NOT NULL, chat_id TEXT NOT NULL, noted_seq {big} NOT NULL,
+            checked_seq {big} NOT NULL DEFAULT 0, PRIMARY KEY (account_id, chat_id))""",
+    ]
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_initial", _initial),
     Migration("0002_runs", _runs),
     Migration("0003_runs_usage_estimated", _runs_usage_estimated),
     Migration("0004_attachments", _attachments),
     Migration("0005_instructions", _instructions),
+    Migration("0006_follow_ups", _follow_ups),
 ]

@@ -30,8 +30,8 @@ from typing import Protocol
 
 from server.db import Database, integer, optional_integer, optional_text, text
 from shared.assistants import Usage
-from shared.models import UNFINISHED, Message, RunSummary, format_time
-from shared.schema import MESSAGES
+from shared.models import UNFINISHED, Chat, Message, Preset, RunSummary, Settings, format_time
+from shared.schema import CHATS, MESSAGES, PRESETS, SETTINGS
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,9 @@ class RunStore(Protocol):
     async def chat_runs(self, account_id: str, chat_id: str) -> list[RunRecord]:
         """A chat's runs, oldest request first."""
 
-    async def chat_messages(self, account_id: str, chat_id: str) -> list[Message]:
-        """The messages of a run's chat (its history, and its reply)."""
+    async def chat_messages(self, account_id: str, chat_id: str, content: bool = True) -> list[Message]:
+        """The messages of a run's chat (its history, and its reply); without their texts and
+        files when not ``content`` (for what needs only the chat's shape: its follow-ups)."""
 
     async def still_running(self, account_id: str, message_id: str) -> bool:
         """Whether a reply may still be written: neither stopped, finished, nor deleted."""
@@ -114,8 +115,30 @@ class RunStore(Protocol):
     async def stop_waiting(self, account_id: str) -> None:
         """The account's waiting runs may be claimed again (an upload of it completed)."""
 
+    async def steering(self, account_id: str, chat_id: str) -> Steering:
+        """What steers an answer in the chat: the account's settings, its presets, the chat."""
+
+    async def follow_ups_due(self) -> list[tuple[str, str, int]]:
+        """The chats with queued follow-ups whose account's log moved on since they were last
+        looked at: (account, chat, the log's head now)."""
+
+    async def follow_ups_checked(self, account_id: str, chat_id: str, head: int, queued: bool) -> None:
+        """The chat was looked at with the log at ``head``: look again only once it moves on; with
+        nothing ``queued`` in it, forget the chat (unless a follow-up was queued after ``head``)."""
+
 
 _RUN = "account_id, id, chat_id, message_id, assistant_id"
+# The columns of a message that ``chat_messages`` leaves out when asked for the chat's shape only.
+_BULKY = ("content", "attachments_json", "instructions")
+
+
+@dataclass(frozen=True)
+class Steering:
+    """What steers an answer (shared/instructions.py): the account's settings, presets, the chat."""
+
+    settings: Settings | None
+    presets: dict[str, Preset]
+    chat: Chat | None
 
 
 class SqlRunStore:
@@ -206,11 +229,16 @@ class SqlRunStore:
             for r in rows
         ]  # fmt: skip
 
-    async def chat_messages(self, account_id: str, chat_id: str) -> list[Message]:
-        columns = ", ".join(MESSAGES.column_names)
+    async def chat_messages(self, account_id: str, chat_id: str, content: bool = True) -> list[Message]:
+        names = MESSAGES.column_names
+        columns = ", ".join(n if content or n not in _BULKY else f"NULL AS {n}" for n in names)
         async with self._db.transaction() as tx:
             rows = await tx.fetchall(f"SELECT {columns} FROM messages WHERE account_id = ? AND chat_id = ?", account_id, chat_id)
-        return [Message.model_validate(dict(zip(MESSAGES.column_names, row))) for row in rows]
+        found = [dict(zip(names, row)) for row in rows]
+        if not content:
+            for row in found:
+                row["content"] = ""
+        return [Message.model_validate(row) for row in found]
 
     async def wait(self, run: Run, owner: str) -> bool:
         async with self._db.transaction(write=True) as tx:
@@ -227,6 +255,41 @@ class SqlRunStore:
     async def stop_waiting(self, account_id: str) -> None:
         async with self._db.transaction(write=True) as tx:
             await tx.execute("UPDATE runs SET waiting = 0 WHERE account_id = ? AND waiting = 1", account_id)
+
+    async def steering(self, account_id: str, chat_id: str) -> Steering:
+        async with self._db.transaction() as tx:
+            found = {}
+            for table, where in ((SETTINGS, "account_id = ?"), (PRESETS, "account_id = ?"), (CHATS, "account_id = ? AND id = ?")):
+                params = (account_id,) if table is not CHATS else (account_id, chat_id)
+                found[table.name] = [
+                    dict(zip(table.column_names, row))
+                    for row in await tx.fetchall(f"SELECT {', '.join(table.column_names)} FROM {table.name} WHERE {where}", *params)
+                ]
+        return Steering(
+            settings=next((Settings.model_validate(row) for row in found["settings"]), None),
+            presets={str(row["id"]): Preset.model_validate(row) for row in found["presets"]},
+            chat=next((Chat.model_validate(row) for row in found["chats"]), None),
+        )
+
+    async def follow_ups_due(self) -> list[tuple[str, str, int]]:
+        async with self._db.transaction() as tx:
+            rows = await tx.fetchall(
+                """SELECT f.account_id, f.chat_id, l.head_seq FROM follow_ups AS f
+                JOIN logs AS l ON l.account_id = f.account_id WHERE l.head_seq > f.checked_seq"""
+            )
+        return [(text(r[0]), text(r[1]), integer(r[2])) for r in rows]
+
+    async def follow_ups_checked(self, account_id: str, chat_id: str, head: int, queued: bool) -> None:
+        async with self._db.transaction(write=True) as tx:
+            if queued:
+                await tx.execute(
+                    "UPDATE follow_ups SET checked_seq = ? WHERE account_id = ? AND chat_id = ? AND checked_seq < ?",
+                    head, account_id, chat_id, head,
+                )  # fmt: skip
+            else:  # (one queued after ``head`` keeps the row: its noted_seq is past it)
+                await tx.execute(
+                    "DELETE FROM follow_ups WHERE account_id = ? AND chat_id = ? AND noted_seq <= ?", account_id, chat_id, head
+                )
 
     async def still_running(self, account_id: str, message_id: str) -> bool:
         row = await self._db.read_one("SELECT status FROM messages WHERE account_id = ? AND id = ?", account_id, message_id)

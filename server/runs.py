@@ -35,15 +35,30 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from server.assistants import Assistant
 from server.attachments import Attachments
 from server.event_store import SqlEventStore
 from server.prompt import awaited_attachments, prompt_turns
 from server.run_store import Run, RunStore
-from shared.assistants import Turn, UpstreamError, Usage, history_along
+from server.store import Rejected
+from shared.assistants import DEFAULT_SAMPLING, Sampling, Turn, UpstreamError, Usage, continuing, failure_message, history_along
+from shared.continuation import Continuation
+from shared.followups import Sender, send_next
 from shared.ids import Uuid7Generator
-from shared.models import UNFINISHED, DeltaFrame, DomainEvent, EventType, Message, RunRequest, format_time
+from shared.instructions import layers_for, preset_for, system_message
+from shared.models import (
+    UNFINISHED,
+    DeltaFrame,
+    DomainEvent,
+    EventType,
+    FinishReason,
+    Message,
+    RunRequest,
+    TokenUsage,
+    format_time,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +184,8 @@ class RunWorker:
                 log.warning("the lease of run %s ran out while this process still ran it: it goes on", dead.id)
                 continue
             await self._end_dead_run(dead)
+        for account_id, chat_id, head in await self.run_store.follow_ups_due():
+            await self._send_follow_up(account_id, chat_id, head)
         while len(self._running) < MAX_RUNS_PER_PROCESS:
             run = await self.run_store.claim(self._owner, self._lease_until())
             if run is None:
@@ -179,10 +196,30 @@ class RunWorker:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """(A run that failed here for another reason than its upstream keeps its lease until it
-        runs out; then any process ends it as interrupted.)"""
+        runs out; then any process ends it as interrupted.) The chat's next follow-up, if one is
+        queued, is looked at now rather than at the next poll."""
         self._running.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("assistant run failed", exc_info=task.exception())
+        self.wake()
+
+    async def _send_follow_up(self, account_id: str, chat_id: str, head: int) -> None:
+        """Send the chat's next queued follow-up if the answer before it ended (shared/followups.py),
+        as the server: the append queues its run. Another process, or a device's Send now, may
+        send the same one at the same time: the log takes one (a message is sent while queued
+        only), and this one is refused."""
+        messages = await self.run_store.chat_messages(account_id, chat_id, content=False)
+        sender = Sender(answers=lambda assistant_id: assistant_id in self._assistants, new_id=self._new_id)
+        send = send_next(messages, sender)
+        if send is None:
+            queued = any(m.is_queued_follow_up for m in messages)
+            await self.run_store.follow_ups_checked(account_id, chat_id, head, queued)
+            return
+        event = DomainEvent(event_id=self._new_id(), type=EventType.QUEUED_MESSAGE_SENT, payload=send, created_at=self._now())
+        [result], _ = await self._store.append(account_id, "server", [event])
+        if result.status == "accepted":
+            log.info("follow-up %s sent in chat %s", send.message_id, chat_id)
+            self.wake()
 
     # --- claiming -------------------------------------------------------------------------------
 
@@ -207,15 +244,35 @@ class RunWorker:
 
     # --- answering ------------------------------------------------------------------------------
 
-    def _edited(self, reply: Message, status: str, content: str) -> DomainEvent:
-        edited = reply.model_copy(update={"status": status, "content": content, "updated_at": None, "last_seq": None})
+    def _edited(
+        self, reply: Message, status: str, content: str, finish: FinishReason | None = None, usage: TokenUsage | None = None
+    ) -> DomainEvent:
+        update: dict[str, Any] = {"status": status, "content": content, "updated_at": None, "last_seq": None, "finish_reason": finish}
+        if usage is not None:
+            update["usage"] = usage
+        edited = reply.model_copy(update=update)
         return DomainEvent(event_id=self._new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=self._now())
 
-    async def _edit(self, reply: Message, status: str, content: str, account_id: str) -> bool:
+    async def _edit(
+        self,
+        reply: Message,
+        status: str,
+        content: str,
+        account_id: str,
+        finish: FinishReason | None = None,
+        usage: TokenUsage | None = None,
+        error: str | None = None,
+    ) -> bool:
         """Append the reply as it is now; False when it was refused (the run was stopped, the
-        message or its chat deleted)."""
-        [result], _ = await self._store.append(account_id, "server", [self._edited(reply, status, content)])
-        return result.status == "accepted"  # (the live sockets hear of it from the store's on_commit)
+        message or its chat deleted). An ``error`` (why it failed) follows it in the same append,
+        a message of its own answering it, as a reply written on a device says it
+        (shared/assistants.py, ``failure_message``): every device shows it with no request."""
+        events: list[DomainEvent | Rejected] = [self._edited(reply, status, content, finish, usage)]
+        if error is not None:
+            why = failure_message(reply, error, self._new_id, self._now)
+            events.append(DomainEvent(event_id=self._new_id(), type=EventType.MESSAGE_APPENDED, payload=why, created_at=self._now()))
+        results, _ = await self._store.append(account_id, "server", events)
+        return results[0].status == "accepted"  # (the live sockets hear of it from the store's on_commit)
 
     async def _ended_stream(self, run: Run) -> None:
         """The reply's text is in the log for good: the sockets' copies of its stream can go."""
@@ -254,7 +311,8 @@ class RunWorker:
         if reply is not None and reply.status in UNFINISHED:
             seen = self._streamed(run.account_id, reply.id) or ""
             content = seen if len(seen) > len(reply.content) and seen.startswith(reply.content) else reply.content
-            status = "failed_upstream" if await self._edit(reply, "failed_upstream", content, run.account_id) else "cancelled"
+            ended = await self._edit(reply, "failed_upstream", content, run.account_id, "failed", error=INTERRUPTED)
+            status = "failed_upstream" if ended else "cancelled"
         await self._finish(run, status, None, False, INTERRUPTED if status == "failed_upstream" else None)
         await self._ended_stream(run)
 
@@ -267,18 +325,31 @@ class RunWorker:
             return
         if assistant is None:
             error = f"there is no assistant {run.assistant_id!r} on this server"
-            await self._edit(reply, "failed_upstream", "", run.account_id)
+            await self._edit(reply, "failed_upstream", reply.content, run.account_id, "failed", error=error)
             await self._finish(run, "failed_upstream", None, False, error)
             return
         history = history_along(messages, reply.parent_id)
         if await self._must_wait(run, history):
             return
+        steering = await self.run_store.steering(run.account_id, run.chat_id)
+        # What the answer is given, written on it as it starts (so what it shows is what was
+        # sent): the instructions it was asked with (a Regenerate's, a Retry's, or its own when
+        # it goes on), else the account's, its preset's and its chat's as they are now.
+        if reply.instructions is None:
+            layers = layers_for(steering.settings, steering.presets, steering.chat, reply.preset_id)
+            reply = reply.model_copy(update={"instructions": system_message(*layers)})
+        preset = preset_for(steering.presets, steering.chat, reply.preset_id)
+        sampling = DEFAULT_SAMPLING if preset is None else Sampling(preset.temperature, preset.max_tokens)
         turns = await prompt_turns(history, assistant.config.vision, functools.partial(self._blob, run.account_id))
-        if not await self._edit(reply, "streaming", "", run.account_id):
+        if reply.instructions is not None:
+            turns = [Turn("system", reply.instructions), *turns]
+        if reply.content:  # Continue: the text so far is the start of the answer, and the model goes on
+            turns = continuing(turns, reply.content, assistant.config.prefill)
+        if not await self._edit(reply, "streaming", reply.content, run.account_id):
             await self._stopped_before_it_started(run, reply)
             return
         try:
-            await self._stream(run, reply, assistant, turns)
+            await self._stream(run, reply, assistant, turns, sampling)
         finally:
             await self._ended_stream(run)
 
@@ -307,30 +378,41 @@ class RunWorker:
         """The reply is logged whole, as every run's end is: the Stop's event only patches its
         status, and a device whose snapshot was taken before the Stop has no row to patch."""
         if reply is not None:
-            await self._edit(reply, "cancelled", reply.content, run.account_id)  # (refused if deleted)
+            await self._edit(reply, "cancelled", reply.content, run.account_id, "cancelled")  # (refused if deleted)
         await self._finish(run, "cancelled", None, False, "stopped before it started")
 
-    async def _stream(self, run: Run, reply: Message, assistant: Assistant, turns: list[Turn]) -> None:
-        content, pieces, usage = "", 0, None
-        text_bytes = content_bytes = 0  # the text's UTF-8 bytes, and its bytes in a logged event
+    async def _stream(self, run: Run, reply: Message, assistant: Assistant, turns: list[Turn], sampling: Sampling) -> None:
+        """Stream the answer into the reply. A continuation (the reply has text) starts after
+        that text, byte for byte: a socket is sent the text so far as one delta at offset 0 (so
+        its copy is whole), the model's repeat of it is trimmed (shared/continuation.py), and
+        what this run cost is added to what the answer had cost."""
+        content, pieces, usage = reply.content, 0, None
+        trim = Continuation(content) if content else None
+        text_bytes = len(content.encode())  # the text's UTF-8 bytes,
+        content_bytes = escaped_size(content)  # and its bytes in a logged event
         status = "completed"
+        finish: FinishReason = "stop"
         error_text: str | None = None
         plan = self._plan(run, reply)
         checked = time.monotonic()  # when the reply's status was last read (or written)
-        stream = assistant.model.stream(turns)
+        if content:
+            await self._publish_delta(run.account_id, DeltaFrame(message_id=reply.id, run_id=run.id, offset=0, text=content))
+        stream = assistant.model.stream(turns, sampling)
         keeper = asyncio.ensure_future(self._keep_lease(run, asyncio.current_task()))
         try:
             async for piece in stream:
                 if piece.usage is not None:
                     usage = piece.usage
+                if piece.finish_reason is not None:
+                    finish = piece.finish_reason
+                text = piece.text if trim is None else trim.feed(piece.text)
+                if not text:
                     continue
-                if not piece.text:
-                    continue
-                frame = DeltaFrame(message_id=reply.id, run_id=run.id, offset=len(content), text=piece.text)
-                content += piece.text
+                frame = DeltaFrame(message_id=reply.id, run_id=run.id, offset=len(content), text=text)
+                content += text
                 pieces += 1
-                text_bytes += len(piece.text.encode())
-                content_bytes += escaped_size(piece.text)
+                text_bytes += len(text.encode())
+                content_bytes += escaped_size(text)
                 await self._publish_delta(run.account_id, frame)
                 now = time.monotonic()
                 if plan.due(now, text_bytes, content_bytes):
@@ -344,6 +426,13 @@ class RunWorker:
                     if not await self.run_store.still_running(run.account_id, run.message_id):
                         status = "cancelled"
                         break
+            else:
+                held = trim.end() if trim is not None else ""
+                if held:  # (the end of a continuation that could have been a repeat, and was not)
+                    await self._publish_delta(
+                        run.account_id, DeltaFrame(message_id=reply.id, run_id=run.id, offset=len(content), text=held)
+                    )
+                    content += held
         except UpstreamError as e:
             status, error_text = "failed_upstream", str(e)
         except asyncio.CancelledError:
@@ -351,8 +440,9 @@ class RunWorker:
                 return  # the lease was lost: another process ended the run, it is not ours now
             # The server is stopping: end the run now, with what it has, rather than leave it
             # streaming until its lease runs out.
-            await self._edit(reply, "failed_upstream", content, run.account_id)
-            await self._finish(run, "failed_upstream", usage or Usage(0, pieces), usage is not None, STOPPED)
+            counted = usage or Usage(0, pieces)
+            await self._edit(reply, "failed_upstream", content, run.account_id, "failed", self._cost(reply, counted), STOPPED)
+            await self._finish(run, "failed_upstream", counted, usage is not None, STOPPED)
             raise
         finally:
             keeper.cancel()
@@ -361,7 +451,21 @@ class RunWorker:
         reported = usage is not None
         if usage is None:  # stopped or failed before the upstream said: what arrived, counted
             usage = Usage(prompt_tokens=0, completion_tokens=pieces)
-        if status == "cancelled" or not await self._edit(reply, status, content, run.account_id):
+        cost = self._cost(reply, usage)
+        if status == "failed_upstream":
+            finish = "failed"
+        if status == "cancelled" or not await self._edit(reply, status, content, run.account_id, finish, cost, error_text):
             status = "cancelled"
-            await self._edit(reply, "cancelled", content, run.account_id)  # what it had, kept
+            await self._edit(reply, "cancelled", content, run.account_id, "cancelled", cost)  # what it had, kept
         await self._finish(run, status, usage, reported, error_text)
+
+    @staticmethod
+    def _cost(reply: Message, usage: Usage) -> TokenUsage:
+        """What the answer cost: this run's usage, added to what it had cost before (a run that
+        goes on with it, Continue, pays for its part only)."""
+        before = reply.usage
+        return TokenUsage(
+            prompt_tokens=usage.prompt_tokens + (before.prompt_tokens if before else 0),
+            completion_tokens=usage.completion_tokens + (before.completion_tokens if before else 0),
+            estimated=usage.estimated or (before is not None and before.estimated),
+        )

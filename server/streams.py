@@ -76,9 +76,10 @@ class Streams:
         """The account's replies streaming now whose text is known whole."""
         return {m: s for m, s in self._streams.get(account_id, {}).items() if s.complete and s.text}
 
-    def texts(self, account_id: str) -> dict[str, str]:
-        """Message id -> a delta frame at offset 0 with the whole text so far (``StreamsRead``)."""
+    def texts(self, account_id: str) -> dict[str, tuple[str, str]]:
+        """Message id -> its run, and a delta frame at offset 0 with the whole text so far
+        (``StreamsRead``)."""
         return {
-            m: json.dumps(DeltaFrame(message_id=m, run_id=s.run_id, offset=0, text=s.text).wire())
+            m: (s.run_id, json.dumps(DeltaFrame(message_id=m, run_id=s.run_id, offset=0, text=s.text).wire()))
             for m, s in self.streaming(account_id).items()
         }

@@ -110,8 +110,9 @@ def history_along(messages: list[Message], parent_id: str | None) -> list[Messag
     siblings of one parent are branches, and only this one's are included); oldest first."""
     if parent_id is None:
         return []
-    by_id = {m.id: m for m in messages}
-    return [by_id[i] for i in path_to([Link(m.id, m.parent_id, m.created_at) for m in messages], parent_id)]
+    rows = [m for m in messages if not m.is_queued_follow_up]  # (not in the conversation yet)
+    by_id = {m.id: m for m in rows}
+    return [by_id[i] for i in path_to([Link(m.id, m.parent_id, m.created_at) for m in rows], parent_id)]
 
 
 def turns_of(history: list[Message]) -> list[Turn]:

@@ -2,7 +2,8 @@
 HTTP/1.1 on a real port, so the server under test (in-process or a process of its own) calls it
 exactly as it would call a real one.
 
-``mode``: ``ok`` (the answer, then the usage, then ``[DONE]``), ``502``, ``stall`` (a few words,
+``mode``: ``ok`` (the answer, its finish reason, then the usage, then ``[DONE]``; a request's
+``max_tokens`` cuts the answer at that many pieces, finishing ``length``), ``502``, ``stall`` (a few words,
 then nothing), ``broken`` (half the answer, then the connection closes). ``delay`` paces the words.
 The answer is ``words`` words ("word0 word1 ..."), or ``text`` (``{n}`` in it: the call's number)
 streamed a word at a time with the spaces and line breaks before each.
@@ -96,6 +97,10 @@ class FakeUpstream:
                 return
             writer.write(b"HTTP/1.1 200 OK\r\n" + CORS + b"Content-Type: text/event-stream\r\nConnection: close\r\n\r\n")
             words = self._pieces()
+            limit = body.get("max_tokens")
+            cut = isinstance(limit, int) and limit < len(words)
+            if cut:
+                words = words[:limit]
             for i, text in enumerate(words):
                 if self.mode == "stall" and i == 3:
                     await asyncio.sleep(3600)
@@ -106,6 +111,8 @@ class FakeUpstream:
                 if i == 0 and self.hold is not None:
                     await self.hold.wait()
                 await asyncio.sleep(self.delay)
+            finish = "length" if cut else "stop"
+            await self._event(writer, {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
             await self._event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words)}})
             writer.write(b"data: [DONE]\n\n")
             await writer.drain()

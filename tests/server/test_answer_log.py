@@ -204,11 +204,11 @@ async def test_the_hub_gives_the_texts_so_far_and_drops_the_deltas_they_hold() -
     hub.publish("a", delta("m1", 5, ", world"))
     hub.publish("a", delta("m1", 3, "lo, w"))  # an old piece again: nothing new
     hub.publish("a", delta("m2", 4, "joined late"))  # its beginning never reached this process
-    assert hub.texts("a") == {"m1": delta("m1", 0, "Hello, world")}
+    assert hub.texts("a") == {"m1": Delta("m1", delta("m1", 0, "Hello, world"), "r")}
     socket.handle(StreamsRead(hub.texts("a")))
     assert [d.message_id for d in socket.deltas] == ["m2"]  # m1's waiting deltas are in its text
     hub.publish("a", delta("m1", 12, "!"))
-    assert socket.deltas[-1] == Delta("m1", delta("m1", 12, "!"))  # the next one follows the text
+    assert socket.deltas[-1] == Delta("m1", delta("m1", 12, "!"), "r")  # the next one follows the text
     assert [d.text for d in iter(socket.writable, IDLE)] == [  # (each Delta is what it sends)
         delta("m1", 0, "Hello, world"), delta("m2", 4, "joined late"), delta("m1", 12, "!")
     ]

@@ -42,7 +42,7 @@ from server.live_machine import (
     ReadsStopped,
     ReadStreams,
     StreamsRead,
-    ended_reply,
+    ended_run,
 )
 from shared.models import DeltaFrame, LoggedEvent, Message, RunCancel
 from tests.server.events import new_id
@@ -52,8 +52,9 @@ MESSAGES = ["m0", "m1", "m2"]
 
 
 def delta(message_id: str, offset: int, text: str) -> Delta:
-    frame = DeltaFrame(message_id=message_id, run_id="r", offset=offset, text=text)
-    return Delta(message_id, json.dumps(frame.wire()))
+    # (one run per reply here: its id is the reply's, which the events that end it name)
+    frame = DeltaFrame(message_id=message_id, run_id=message_id, offset=offset, text=text)
+    return Delta(message_id, json.dumps(frame.wire()), message_id)
 
 
 @dataclass
@@ -172,7 +173,7 @@ class World:
                 assert after == self.socket.cursor
                 self.reading = after
             case ReadStreams():
-                texts = {m: delta(m, 0, t).text for m, t in self.streamed.items()}  # (ended or not: the hub's end comes later)
+                texts = {m: delta(m, 0, t) for m, t in self.streamed.items()}  # (ended or not: the hub's end comes later)
                 self.socket.handle(StreamsRead(texts))
             case Pause():
                 pass
@@ -403,6 +404,27 @@ def test_a_backlog_comes_in_pages_with_a_pause_between_then_caught_up() -> None:
     assert socket.writable() == IDLE
 
 
+def test_a_continued_reply_streams_again_after_the_run_before_it_ended() -> None:
+    """Continue writes on an ended reply with a new run: the first run's late deltas stay
+    dropped, the new run's go out (a socket remembers ended runs, not ended replies)."""
+
+    def piece(run_id: str, offset: int, text: str) -> Delta:
+        frame = DeltaFrame(message_id="m0", run_id=run_id, offset=offset, text=text)
+        return Delta("m0", json.dumps(frame.wire()), run_id)
+
+    socket = LiveSocket(0)
+    ended = Event(1, json.dumps({"type": "event", "event": {"seq": 1}}), "r1")  # the first run's end
+    assert socket.writable() == ReadLog(0)
+    socket.handle(LogRead(Page(0, [ended], False, 1)))
+    assert [socket.writable(), socket.writable(), socket.writable()] == [ended, CaughtUp(1), READ_STREAMS]
+    socket.handle(StreamsRead({}))
+    socket.handle(piece("r1", 5, "late"))  # the first run's, after its end: dropped
+    continued = [piece("r2", 0, "Hello"), piece("r2", 5, " again")]  # (the text so far, then the rest)
+    for delta in continued:
+        socket.handle(delta)
+    assert [socket.writable() for _ in range(3)] == [*continued, IDLE]
+
+
 def test_a_close_comes_first() -> None:
     socket = LiveSocket(0)
     socket.handle(NOTIFIED)
@@ -421,13 +443,13 @@ def test_an_event_ends_a_reply_when_its_message_ends_or_its_run_is_stopped() -> 
     reply = Message(id=new_id(), chat_id=new_id(), role="assistant", content="", run_id=new_id(),
                     status="streaming", created_at="2026-01-01T00:00:00Z")  # fmt: skip
     edited = "MessageEdited"
-    assert ended_reply(logged(edited, reply.wire())) is None
+    assert ended_run(logged(edited, reply.wire())) is None
     for status in ("completed", "failed_upstream", "cancelled"):
-        assert ended_reply(logged(edited, {**reply.wire(), "status": status})) == reply.id
+        assert ended_run(logged(edited, {**reply.wire(), "status": status})) == reply.run_id
     question = {**reply.wire(), "role": "user", "runId": None, "status": "completed"}
-    assert ended_reply(logged("MessageAppended", question)) is None  # (no run: no deltas)
+    assert ended_run(logged("MessageAppended", question)) is None  # (no run: no deltas)
     stop = RunCancel(run_id=new_id(), message_id=reply.id)
-    assert ended_reply(logged("AssistantRunCancelled", stop.wire())) == reply.id
+    assert ended_run(logged("AssistantRunCancelled", stop.wire())) == stop.run_id
 
 
 # --- the hub's reads ------------------------------------------------------------------------

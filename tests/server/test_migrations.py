@@ -26,7 +26,7 @@ from tests.schemas import Schema, differences, read_postgres, read_sqlite, repor
 # compared with each other below). Every other table is one of shared.schema's.
 SERVER_TABLES = {
     "accounts", "devices", "sessions", "logs", "events", "event_ids", "runs", "schema_migrations",
-    "blob_holdings", "blob_uploads", "blobs", "blob_chunks",
+    "blob_holdings", "blob_uploads", "blobs", "blob_chunks", "follow_ups",
 }  # fmt: skip
 # Types that are one type in the other dialect's words.
 SAME_TYPE = {"bigint": "integer", "bytea": "blob", "double precision": "real"}
