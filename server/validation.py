@@ -91,6 +91,9 @@ def validation_error(event: DomainEvent, state: StateReader) -> str | None:
                 return "unknown message"
             if state.message_role(payload.message_id) == "user":
                 return "only an answer can be stopped (a queued message is removed instead)"
+            if state.message_status(payload.message_id) in UNFINISHED and payload.run_id != state.message_run(payload.message_id):
+                # (a late Stop of the run before a Continue must not stop the continuation)
+                return "this reply is being written by another run"
             return None
         case EventType.ASSISTANT_RUN_CONTINUED:
             assert isinstance(payload, RunContinue)

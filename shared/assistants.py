@@ -107,12 +107,13 @@ class Assistant(Protocol):
 
 def history_along(messages: list[Message], parent_id: str | None) -> list[Message]:
     """The messages of a chat from its start to ``parent_id``, along the tree (shared/thread.py:
-    siblings of one parent are branches, and only this one's are included); oldest first."""
+    siblings of one parent are branches, and only this one's are included); oldest first. A
+    follow-up still queued is no part of the conversation yet: not in the tree."""
     if parent_id is None:
         return []
-    rows = [m for m in messages if not m.is_queued_follow_up]  # (not in the conversation yet)
-    by_id = {m.id: m for m in rows}
-    return [by_id[i] for i in path_to([Link(m.id, m.parent_id, m.created_at) for m in rows], parent_id)]
+    sent = [m for m in messages if not m.is_queued_follow_up]
+    by_id = {m.id: m for m in sent}
+    return [by_id[i] for i in path_to([Link(m.id, m.parent_id, m.created_at) for m in sent], parent_id)]
 
 
 def turns_of(history: list[Message]) -> list[Turn]:

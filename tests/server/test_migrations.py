@@ -7,6 +7,7 @@ database by itself: these tests fail, naming the difference, until a migration m
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -142,3 +143,77 @@ async def test_both_dialects_migrate_to_the_same_tables(tmp_path: Path) -> None:
     assert set(sqlite_schema) >= SERVER_TABLES | set(TABLES)
     found = differences(sqlite_schema, postgres)
     assert not found, "PostgreSQL's migrated schema differs from SQLite's:\n  " + "\n  ".join(found)
+
+
+async def test_a_database_from_before_instructions_keeps_its_rows_and_takes_the_new_events(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migrated to 0004 and written as a server of that release wrote (the rows, the log), then
+    opened by this one: 0005 adds the columns (NULL on every row) and the tables, the rows and
+    events read as they did, and the new events go in."""
+    import server.event_store
+    from shared.models import SETTINGS_ID, DomainEvent
+    from tests.server.events import T, event, new_id
+
+    account, chat, message = new_id(), new_id(), new_id()
+    old_chat = {"id": chat, "title": "Old", "createdAt": T}
+    old_message = {"id": message, "chatId": chat, "role": "user", "content": "written long ago", "parentId": None,
+                   "status": "completed", "assistantId": None, "runId": None, "createdAt": T}  # fmt: skip
+    rows = [
+        ("INSERT INTO logs (account_id, head_seq) VALUES (?, 2)", (account,)),
+        ("INSERT INTO chats (account_id, id, title, created_at, updated_at, last_seq) VALUES (?, ?, 'Old', ?, ?, 1)", (account, chat, T, T)),
+        (
+            "INSERT INTO messages (account_id, id, chat_id, role, content, status, created_at, updated_at, last_seq) "
+            "VALUES (?, ?, ?, 'user', 'written long ago', 'completed', ?, ?, 2)",
+            (account, message, chat, T, T),
+        ),
+    ]
+    for seq, (kind, payload) in enumerate((("ChatCreated", old_chat), ("MessageAppended", old_message)), start=1):
+        entity = f"c:{chat}" if kind == "ChatCreated" else f"m:{message}"
+        rows.append((
+            "INSERT INTO events (account_id, seq, event_id, type, payload, created_at, origin, entity, chat, kind) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'dev', ?, ?, 'full')",
+            (account, seq, new_id(), kind, json.dumps(payload), T, entity, f"c:{chat}"),
+        ))  # fmt: skip
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        cleanup = None
+    else:
+        schema, url = await postgres_schema()
+        cleanup = schema
+    try:
+        older = SqlEventStore(open_database(url), lambda: datetime.now(UTC))
+        monkeypatch.setattr(server.event_store, "MIGRATIONS", server.event_store.MIGRATIONS[:4])  # (as that release had them)
+        await older.open()
+        async with older.db.transaction(write=True) as tx:
+            for sql, params in rows:
+                await tx.execute(sql, *params)
+        await older.close()
+        monkeypatch.undo()
+
+        store = SqlEventStore(open_database(url), lambda: datetime.now(UTC))
+        await store.open()
+        try:
+            page = await store.read_state(account, None, None, 100, None)
+            [old] = page.snapshot.messages
+            assert (old.content, old.preset_id, old.instructions, old.finish_reason, old.usage) == ("written long ago", None, None, None, None)
+            assert old.wire() == {**old_message, "updatedAt": T, "lastSeq": 2}  # (the JSON it always was)
+            assert page.snapshot.chats[0].wire() == {**old_chat, "updatedAt": T, "lastSeq": 1}
+            assert (page.snapshot.settings, page.snapshot.presets) == ([], [])
+            logged = [e.payload.wire() for e in (await store.read_updates(account, 0, 10)).events]
+            assert logged == [{**old_chat, "updatedAt": None, "lastSeq": None}, {**old_message, "updatedAt": None, "lastSeq": None}]
+            new = [
+                event("SettingsUpdated", {"id": SETTINGS_ID, "instructions": "Metric.", "createdAt": T}),
+                event("PresetCreated", {"id": new_id(), "name": "Terse", "temperature": 0.5, "createdAt": T}),
+                event("ChatUpdated", {**old_chat, "instructions": "Two of us."}),
+            ]
+            results, _ = await store.append(account, "dev", [DomainEvent.model_validate(e) for e in new])
+            assert [r.status for r in results] == ["accepted"] * 3
+            page = await store.read_state(account, None, None, 100, None)
+            assert page.snapshot.chats[0].instructions == "Two of us." and page.snapshot.presets[0].temperature == 0.5
+        finally:
+            await store.close()
+    finally:
+        if cleanup is not None:
+            await drop_schema(cleanup)

@@ -154,7 +154,11 @@ async def test_the_appends_read_searches_indexes_and_scans_no_table(tmp_path: Pa
         loop = asyncio.get_running_loop()
         chat, question, reply = new_id(), new_id(), new_id()
         run = {"runId": new_id(), "chatId": chat, "parentId": question, "messageId": reply, "assistantId": "fake"}
-        events = [chat_created(chat), message("MessageAppended", question, chat), event("AssistantRunRequested", run)]
+        preset = {"id": new_id(), "name": "Terse", "createdAt": "2026-11-30T12:00:00.000Z"}
+        events = [
+            chat_created(chat), message("MessageAppended", question, chat), event("AssistantRunRequested", run),
+            event("PresetUpdated", preset),
+        ]  # fmt: skip
         group = [
             _Request(account, "device", [DomainEvent.model_validate(e) for e in events], loop.create_future())
             for account in (new_id(), new_id())
@@ -164,7 +168,7 @@ async def test_the_appends_read_searches_indexes_and_scans_no_table(tmp_path: Pa
             plan = [str(row[3]) for row in await tx.fetchall("EXPLAIN QUERY PLAN " + query, *params)]
             assert await tx.fetchall(query, *params) == []
         tables = [step for step in plan if step.startswith(("SCAN", "SEARCH")) and "CONSTANT ROW" not in step]
-        assert {step.split()[1] for step in tables} == {"event_ids", "messages", "chats", "runs"}, plan
+        assert {step.split()[1] for step in tables} == {"event_ids", "messages", "chats", "runs", "presets"}, plan
         assert all(step.startswith("SEARCH") for step in tables), plan
     finally:
         await db.close()

@@ -126,10 +126,13 @@ async def test_continue_reopens_an_ended_reply_with_a_new_run_and_keeps_its_text
         ("rejected", "this reply is still being written"),
         ("rejected", "this reply is still being written"),
     ]
-    # A late checkpoint of the run before cannot overwrite the continuation; the new run can write.
-    assert await append(store, account, edited(row, run_id=first, status="completed", content="Old")) == [
-        ("rejected", "this reply is being written by another run")
-    ]
+    # A late checkpoint, or a late Stop, of the run before cannot overwrite or stop the
+    # continuation; the new run can write.
+    assert await append(
+        store, account,
+        edited(row, run_id=first, status="completed", content="Old"),
+        event("AssistantRunCancelled", {"runId": first, "messageId": reply}),
+    ) == [("rejected", "this reply is being written by another run")] * 2  # fmt: skip
     assert await append(store, account, edited(row, status="streaming", content="Half of it, and more")) == [ACCEPTED]
     assert await append(store, account, edited(row, status="completed", content="Half of it, and more.")) == [ACCEPTED]
     assert await append(store, account, continued(chat, reply, first)) == [

@@ -60,6 +60,13 @@ def test_an_assistant_is_asked_about_the_path_to_its_question() -> None:
     assert [m.content for m in history_along(messages, messages[3].id)] == ["m1", "m3", "m4"]
     assert [m.content for m in history_along(messages, messages[1].id)] == ["m1", "m2"]
     assert history_along(messages, None) == []
+    # A follow-up still queued is not in the tree: the orphan "m4" (its parent gone) follows the
+    # message made just before it, which is "m1", not the queued one.
+    orphan = messages[3].model_copy(update={"parent_id": "00000000-0000-7000-8000-000000000009"})
+    queued = messages[2].model_copy(update={"status": "queued", "parent_id": None})
+    assert [m.content for m in history_along([messages[0], queued, orphan], orphan.id)] == ["m1", "m4"]
+    sent = queued.model_copy(update={"status": "completed", "parent_id": messages[0].id})  # (once sent, it is)
+    assert [m.content for m in history_along([messages[0], sent, orphan], orphan.id)] == ["m1", "m3", "m4"]
 
 
 @st.composite

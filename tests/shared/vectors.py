@@ -121,9 +121,11 @@ VECTORS: list[dict[str, Any]] = [
 # Runs as-is under CPython and under Pyodide: what an event turns into, end to end.
 DESCRIBE = '''
 import dataclasses, json
-from shared.models import DomainEvent, LoggedEvent
-from shared.reducer import apply
+from shared.models import Chat, DomainEvent, LoggedEvent, Message, Preset, Settings
+from shared.reducer import Upsert, apply
 from shared.schema import Sql
+
+ENTITIES = {"chats": Chat, "messages": Message, "presets": Preset, "settings": Settings}
 
 def describe(raw):
     event = LoggedEvent.model_validate(raw) if "seq" in raw else DomainEvent.model_validate(raw)
@@ -136,5 +138,7 @@ def describe(raw):
         "wire": event.wire(),
         "mutations": [[type(m).__name__, dataclasses.asdict(m)] for m in mutations],
         "sql": [[s, list(p)] for s, p in sql],
+        # each row written, read back as its entity (a message's JSON columns parsed again)
+        "rows": [ENTITIES[m.table].model_validate(m.row).wire() for m in mutations if isinstance(m, Upsert)],
     }
 '''

@@ -11,7 +11,7 @@ from pathlib import Path
 from quart import Quart
 
 from shared.ids import Uuid7Generator
-from shared.models import Chat, ChatRef, DomainEvent, EventType, Message
+from shared.models import Chat, DomainEvent, EventType, Message, Payload
 from tests.webapp.inprocess import InProcessTransport
 from webapp.database import FilePersistence, Persistence
 from webapp.store import LocalStore
@@ -49,7 +49,7 @@ class Device:
         self.store.close()
         self.open()
 
-    async def add(self, kind: EventType, payload: Chat | ChatRef | Message) -> DomainEvent:
+    async def add(self, kind: EventType, payload: Payload) -> DomainEvent:
         event = DomainEvent(event_id=new_id(), type=kind, payload=payload, created_at=T)
         await self.store.add_local(event)
         return event

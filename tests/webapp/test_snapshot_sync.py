@@ -22,7 +22,20 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.models import Chat, ChatRef, EventType, Message, MessageRef, StateResponse
+from shared.models import (
+    SETTINGS_ID,
+    Chat,
+    ChatRef,
+    EventType,
+    Message,
+    MessageRef,
+    Preset,
+    PresetRef,
+    QueuedSend,
+    RunContinue,
+    StateResponse,
+)
+from shared.models import Settings as AccountSettings
 from tests.webapp.devices import Device, T, new_id
 from webapp import sync, ui
 from webapp.overlay import is_pending
@@ -62,6 +75,9 @@ class Writer:
         self.device = device
         self.chats: list[Chat] = []
         self.messages: list[Message] = []
+        self.presets: list[Preset] = []
+        self.queued: list[Message] = []
+        self.replies: list[Message] = []
         self.words = itertools.count()
 
     async def write(self, ops: list[tuple[str, int]]) -> None:
@@ -85,6 +101,8 @@ class Writer:
             elif kind == "delete":
                 message = self.messages.pop(pick % len(self.messages))
                 await d.add(EventType.MESSAGE_DELETED, MessageRef(id=message.id, chat_id=message.chat_id))
+            elif kind in STEERING:
+                await self._steer(kind, pick, text)
             elif kind == "rename":
                 i = pick % len(self.chats)
                 self.chats[i] = self.chats[i].model_copy(update={"title": text})
@@ -94,6 +112,61 @@ class Writer:
                 self.messages = [m for m in self.messages if m.chat_id != chat.id]
                 await d.add(EventType.CHAT_DELETED, ChatRef(id=chat.id))
         await d.engine.push()
+
+    async def _steer(self, kind: str, pick: int, text: str) -> None:
+        """The account's settings and presets, follow-ups queued and sent (answered by an
+        assistant of the device's own: no run of the server's), replies ended and continued."""
+        d = self.device
+        if kind == "settings":
+            await d.add(EventType.SETTINGS_UPDATED, AccountSettings(id=SETTINGS_ID, instructions=text, created_at=T))
+        elif kind == "preset" or (kind in ("retune", "unpreset") and not self.presets):
+            preset = Preset(id=new_id(), name=text, instructions=text, temperature=pick / 50, created_at=T)
+            self.presets.append(preset)
+            await d.add(EventType.PRESET_CREATED, preset)
+        elif kind == "retune":
+            i = pick % len(self.presets)
+            self.presets[i] = self.presets[i].model_copy(update={"instructions": text, "max_tokens": pick + 1})
+            await d.add(EventType.PRESET_UPDATED, self.presets[i])
+        elif kind == "unpreset":
+            preset = self.presets.pop(pick % len(self.presets))
+            await d.add(EventType.PRESET_DELETED, PresetRef(id=preset.id))
+        elif not self.chats:
+            return
+        elif kind == "queue" or (kind == "send" and not self.queued):
+            chat = self.chats[pick % len(self.chats)]
+            queued = Message(id=new_id(), chat_id=chat.id, role="user", content=text, status="queued", created_at=T)
+            self.queued.append(queued)
+            await d.add(EventType.MESSAGE_APPENDED, queued)
+            if kind == "send":
+                await self._steer(kind, pick, text)
+        elif kind == "send":
+            queued = self.queued.pop(0)
+            parent = next((m.id for m in reversed(self.messages) if m.chat_id == queued.chat_id), None)
+            reply = None if pick % 3 == 0 else new_id()
+            run = None if reply is None else new_id()
+            sent = QueuedSend(message_id=queued.id, chat_id=queued.chat_id, parent_id=parent, run_id=run, reply_id=reply,
+                              assistant_id=None if reply is None else "on-device")  # fmt: skip
+            await d.add(EventType.QUEUED_MESSAGE_SENT, sent)
+            self.messages.append(queued.model_copy(update={"status": "completed", "parent_id": parent}))
+            if reply is not None:
+                self.replies.append(Message(id=reply, chat_id=queued.chat_id, role="assistant", content="", parent_id=queued.id,
+                                            status="queued", assistant_id="on-device", run_id=run, created_at=T))  # fmt: skip
+        elif kind in ("end", "continue") and not self.replies and pick % 3:
+            await self._steer("send", pick, text)  # (a reply to end, and continue)
+            await self._steer(kind, pick, text)
+        elif kind in ("end", "continue") and self.replies:
+            i = pick % len(self.replies)
+            reply = self.replies[i]
+            if reply.status == "queued":  # ended first (its device's assistant wrote it), then maybe continued
+                reply = self.replies[i] = reply.model_copy(update={"status": "completed", "content": text, "finish_reason": "length"})
+                await d.add(EventType.MESSAGE_EDITED, reply)
+            if kind == "continue":
+                self.replies[i] = reply.model_copy(update={"status": "queued", "run_id": new_id(), "finish_reason": None})
+                again = RunContinue(run_id=self.replies[i].run_id or "", chat_id=reply.chat_id, message_id=reply.id, assistant_id="on-device")
+                await d.add(EventType.ASSISTANT_RUN_CONTINUED, again)
+
+
+STEERING = ("settings", "preset", "retune", "unpreset", "queue", "send", "end", "continue")
 
 
 def log_device(app: Quart, token: str, path: Path) -> Device:
@@ -127,7 +200,10 @@ def searched(device: Device) -> list[list[tuple[str, str | None]]]:
 
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["chat", "say", "say", "say", "edit", "delete", "rename", "drop"]), st.integers(0, 50)),
+    st.tuples(
+        st.sampled_from(["chat", "say", "say", "say", "edit", "delete", "rename", "drop", *STEERING, "queue", "send", "send", "end", "continue"]),
+        st.integers(0, 50),
+    ),
     max_size=6,
 )
 

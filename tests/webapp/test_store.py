@@ -226,3 +226,50 @@ async def test_migration_9_keeps_each_row_once_and_the_overlay_on_top(tmp_path: 
     assert ("edited", 4) in [(m.content, m.last_seq) for m in store.confirmed().messages]
     assert [tuple(r) for r in store.conn.execute("SELECT tbl, id FROM overlaid")] == [("messages", m3.id)]
     store.close()
+
+
+async def test_migration_13_keeps_the_rows_and_the_outbox_and_takes_settings_and_presets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database of the release before it (rows, a chat kept aside under a pending rename, the
+    outbox's JSON as that release wrote it): the rows read as they did, with the new fields
+    null, the overlay comes off and goes back on, and the new tables take their rows."""
+    import json
+    import sqlite3
+
+    from shared.models import SETTINGS_ID, EventResult, Preset, Settings
+    from webapp import store as local
+
+    path = str(tmp_path / "local.db")
+    monkeypatch.setattr(local, "MIGRATIONS", local.MIGRATIONS[:12])
+    LocalStore(path, RecordingPersistence()).close()  # as a database before 0013 had it
+    monkeypatch.undo()
+
+    chat, message, rename = new_id(), new_id(), new_id()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO chats (id, title, created_at, updated_at, last_seq) VALUES (?, 'Renamed', ?, ?, 0)", (chat, T, T))
+    conn.execute("INSERT INTO confirmed_chats (id, title, created_at, updated_at, last_seq) VALUES (?, 'Old', ?, ?, 1)", (chat, T, T))
+    conn.execute(
+        "INSERT INTO messages (id, chat_id, role, content, status, created_at, updated_at, last_seq) VALUES (?, ?, 'user', 'hi', 'completed', ?, ?, 2)",
+        (message, chat, T, T),
+    )
+    conn.execute("INSERT INTO overlaid VALUES ('chats', ?)", (chat,))
+    body = {"eventId": rename, "type": "ChatUpdated", "payload": {"id": chat, "title": "Renamed", "createdAt": T}, "createdAt": T}
+    conn.execute("INSERT INTO pending_events (event_id, entity_id, body) VALUES (?, ?, ?)", (rename, chat, json.dumps(body)))
+    conn.execute("INSERT INTO meta VALUES ('last_seq', '2')")
+    conn.commit()
+    conn.close()
+
+    store = LocalStore(path, RecordingPersistence())
+    [row] = store.messages(chat)
+    assert (row.content, row.preset_id, row.instructions, row.finish_reason, row.usage) == ("hi", None, None, None, None)
+    shown = store.chat(chat)
+    assert shown is not None and (shown.title, shown.instructions, shown.preset_id) == ("Renamed", None, None)
+    assert [c.title for c in store.confirmed().chats] == ["Old"] and store.settings() is None and store.presets() == []
+    await store.record_results([EventResult(event_id=rename, status="rejected", error="no")])  # the overlay comes off
+    assert [c.title for c in store.chats()] == ["Old"]
+    await store.add_local(_event(EventType.SETTINGS_UPDATED, Settings(id=SETTINGS_ID, instructions="Metric.", created_at=T)))
+    await store.add_local(_event(EventType.PRESET_CREATED, Preset(id=new_id(), name="Terse", temperature=0.5, created_at=T)))
+    settings = store.settings()
+    assert settings is not None and settings.instructions == "Metric." and [p.temperature for p in store.presets()] == [0.5]
+    store.close()
