@@ -14,7 +14,8 @@ inputs (``tests/server/test_live_machine.py``):
   read of the log after the socket's cursor: a missed or merged wake-up cannot cause a gap);
 - ``caughtUp`` once, after the backlog, then at once the texts so far of the replies streaming
   now (one delta at offset 0 each, in place of their older deltas still waiting), so the next
-  delta of each follows its text exactly; again after the socket fell ``max_deltas`` behind;
+  delta of each follows its text exactly; again after the socket fell ``max_deltas`` behind,
+  before any more of the log is read (a delta that came after the drop waits for its text);
 - the deltas that arrived before a commit was notified go out before that commit's events (a
   reply's last words before the event that ends it), and no delta of a reply goes out after the
   event that ended it (its status one of ``ENDED``, or its Stop): across processes of one
@@ -240,7 +241,10 @@ class LiveSocket:
             case LogChanged(page):
                 self.log_changed, self._page = True, page
             case LogRead(page):
-                self._take(page)
+                if self.caught_up and self.resend:  # (taken once the texts so far are out)
+                    self.log_changed, self._page = True, page
+                else:
+                    self._take(page)
             case ReadExpired():
                 self._close = self._close or CLOSE_EXPIRED
             case Delta():
@@ -262,6 +266,9 @@ class LiveSocket:
             frame = self._queued()
             if frame is not None:
                 return frame
+            if self.resend and self.caught_up:  # deltas were dropped: the texts so far before more of the log
+                self.resend = False
+                return READ_STREAMS
             if not self.log_changed:
                 break
             if self._pause:
@@ -272,9 +279,6 @@ class LiveSocket:
             if page is None or page.after != self.cursor:
                 return ReadLog(self.cursor)
             self._take(page)
-        if self.resend and self.caught_up:
-            self.resend = False
-            return READ_STREAMS
         while self.caught_up and self._deltas:
             delta = self._deltas.popleft()
             self._before_log = max(0, self._before_log - 1)

@@ -397,11 +397,26 @@ def test_a_backlog_comes_in_pages_with_a_pause_between_then_caught_up() -> None:
     assert socket.writable() == ReadLog(4)
     socket.handle(LogChanged(Page(0, log, False, 5)))  # the hub's read from elsewhere: not taken
     socket.handle(LogRead(Page(4, log[4:], False, 5)))
-    assert [socket.writable() for _ in range(3)] == [log[4], CaughtUp(5), ReadLog(5)]  # (the hub's read: elsewhere)
-    socket.handle(LogRead(Page(5, [], False, 5)))
-    assert socket.writable() == READ_STREAMS  # the texts so far, once caught up
+    assert [socket.writable() for _ in range(3)] == [log[4], CaughtUp(5), READ_STREAMS]  # the texts so far, once caught up
     socket.handle(StreamsRead({}))
+    assert socket.writable() == ReadLog(5)  # (the hub's read was from elsewhere)
+    socket.handle(LogRead(Page(5, [], False, 5)))
     assert socket.writable() == IDLE
+
+
+def test_deltas_dropped_after_caught_up_are_followed_by_the_texts_so_far_before_any_delta() -> None:
+    """Found by Hypothesis: deltas dropped by a slow socket after caughtUp, then a commit notified
+    and read. The delta that came after the drop went out before the text so far it follows."""
+    world = World(LiveSocket(0, 3), 0)
+    for _ in range(3):
+        world.stream("m0", 1)
+    world.writable(1)  # the socket's read of the log, in flight
+    world.stream("m0", 1)  # a fourth delta: the three before it dropped
+    world.resolve()  # caught up
+    world.commit(None, False)
+    world.settle()
+    assert world.shown == {"m0": "aaaa"}
+    assert world.sent[:2] == ["caughtup 0", "delta m0@0"]
 
 
 def test_a_continued_reply_streams_again_after_the_run_before_it_ended() -> None:
