@@ -9,8 +9,8 @@ samples allocations in its processes (it did in about 1 launch in 30 here), and 
 allocation made while WebAssembly runs on a stack of its own (JSPI stack switching, which Pyodide
 uses for every call into Python) walks that stack by frame pointers up to the thread's own stack
 end, past the small wasm stack into its guard page: the renderer dies with SIGSEGV ("Page crashed";
-minidumps read with tests' crash reports, README "Tests"). Forcing the profiler on crashed the first
-start of the app every time. A page's crash is then a lottery drawn per browser launched, which the
+Chromium's crash reports, ~/.config/chromium/Crash Reports, show the same faulting instruction each
+time). Forcing the profiler on crashed the first start of the app every time. A page's crash is then a lottery drawn per browser launched, which the
 tests that kill and reopen a browser draw most often.
 
 Chromium takes only the last --disable-features it is given, and Playwright passes its own list:
