@@ -10,8 +10,9 @@ allocation made while WebAssembly runs on a stack of its own (JSPI stack switchi
 uses for every call into Python) walks that stack by frame pointers up to the thread's own stack
 end, past the small wasm stack into its guard page: the renderer dies with SIGSEGV ("Page crashed";
 Chromium's crash reports, ~/.config/chromium/Crash Reports, show the same faulting instruction each
-time). Forcing the profiler on crashed the first start of the app every time. A page's crash is then a lottery drawn per browser launched, which the
-tests that kill and reopen a browser draw most often.
+time). Forcing the profiler on crashed the first start of the app every time. A crash was then a
+lottery drawn at each browser launched: the tests that kill and reopen a browser draw most often,
+and a suite whose shared browser drew it would crash page after page.
 
 Chromium takes only the last --disable-features it is given, and Playwright passes its own list:
 ours repeats Playwright's (tests/test_playwright_config.py checks it against the pinned driver).
