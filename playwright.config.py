@@ -3,9 +3,32 @@
 Debian's chromium, never a downloaded browser. As root Playwright adds --no-sandbox itself
 (chromium_sandbox defaults to False). The other flags keep headless Chromium quiet on a closed
 network: no background connections, component updates or sync to hosts it cannot reach.
+
+Chromium's heap profiler is off (HeapProfilerReporting). Chromium draws at each launch whether it
+samples allocations in its processes (it did in about 1 launch in 30 here), and a sampled
+allocation made while WebAssembly runs on a stack of its own (JSPI stack switching, which Pyodide
+uses for every call into Python) walks that stack by frame pointers up to the thread's own stack
+end, past the small wasm stack into its guard page: the renderer dies with SIGSEGV ("Page crashed";
+Chromium's crash reports, ~/.config/chromium/Crash Reports, show the same faulting instruction each
+time). Forcing the profiler on crashed the first start of the app every time. A crash was then a
+lottery drawn at each browser launched: the tests that kill and reopen a browser draw most often,
+and a suite whose shared browser drew it would crash page after page.
+
+Chromium takes only the last --disable-features it is given, and Playwright passes its own list:
+ours repeats Playwright's (tests/test_playwright_config.py checks it against the pinned driver).
 """
 
 CHROMIUM = "/usr/bin/chromium"
+
+# Playwright 1.65.2's own --disable-features (its chromiumSwitches), then ours.
+PLAYWRIGHT_DISABLED_FEATURES = [
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
+    "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin",
+    "OptimizationHints", "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
+    "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
+]
+DISABLED_FEATURES = [*PLAYWRIGHT_DISABLED_FEATURES, "HeapProfilerReporting"]
 
 LAUNCH_ARGS: dict[str, object] = {
     "executable_path": CHROMIUM,
@@ -20,5 +43,6 @@ LAUNCH_ARGS: dict[str, object] = {
         "--disable-sync",
         "--disable-default-apps",
         "--metrics-recording-only",
+        "--disable-features=" + ",".join(DISABLED_FEATURES),
     ],
 }
