@@ -249,10 +249,14 @@ class LocalStore(Outbox, Snapshots, Uploads):
         row = self.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return None if row is None else Message.model_validate(dict(row))
 
-    def unfinished_local_replies(self) -> list[Message]:
-        """Replies still being written that no server run writes (a local assistant's)."""
+    def unfinished_local_replies(self, local: tuple[str, ...] = ()) -> list[Message]:
+        """Replies still being written that no server run writes: a local assistant's (with no
+        run; or, continued, by one of the ``local`` assistants, whose run no server has)."""
+        marks = ", ".join("?" for _ in local) or "NULL"
         rows = self.conn.execute(
-            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND run_id IS NULL AND role <> 'user'"
+            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND role <> 'user'"
+            f" AND (run_id IS NULL OR assistant_id IN ({marks}))",
+            local,
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 
