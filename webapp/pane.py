@@ -21,6 +21,7 @@ from shared.thread import Step
 from webapp import message_html
 from webapp.markdown import StreamRenderer
 from webapp.outbox import Delivery, Rejection
+from webapp.overlay import is_pending
 from webapp.store import LocalStore
 
 WINDOW = 40  # messages drawn when a chat opens; "Show earlier messages" adds as many again
@@ -210,7 +211,8 @@ class MessagePane:
         """The message's item; for a streaming reply, its item with SLOT for its content, and the
         content's kept blocks and the rest."""
         text = self.streaming.get(row.id)
-        if text is not None and (row.status in ENDED or len(row.content) >= len(text)):
+        ended = row.status in ENDED and not is_pending(row)  # (a Stop of ours ends it only once the server says so)
+        if text is not None and (ended or len(row.content) >= len(text)):
             del self.streaming[row.id]  # the log caught up with (or ended) the stream: its text wins
             text = None
         live = text if text is not None else row.content if row.status == "streaming" else None

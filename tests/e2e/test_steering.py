@@ -112,9 +112,10 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
     context, a = reopened(playwright, profile, steer_server)
     send(a, "Tell me everything", assistant="fake")
     reply = a.locator(".message.assistant").last
-    expect(reply).to_have_attribute("data-state", "streaming", timeout=30_000)
+    expect(reply.locator(".content")).to_contain_text("word3", timeout=30_000)  # (some of it written)
     reply.get_by_role("button", name="Stop").click()
     expect(reply.get_by_text("Stopped.")).to_be_visible()
+    expect(reply.locator(".content")).to_contain_text("word3")  # (what it had stays on screen)
     stopped = reply.locator(".content").inner_text()
     assert stopped and full_answer(WORDS).startswith(stopped) and stopped != full_answer(WORDS)
     reply.get_by_role("button", name="Continue").click()
@@ -131,7 +132,7 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
     b = device(contexts, steer_server, username)
     send(a, "And once more", assistant="fake")
     reply = a.locator(".message.assistant").last
-    expect(reply).to_have_attribute("data-state", "streaming", timeout=30_000)
+    expect(reply.locator(".content")).to_contain_text("word3", timeout=30_000)
     reply.get_by_role("button", name="Stop").click()
     on_b = b.locator(".message.assistant").last
     expect(on_b.get_by_text("Stopped.")).to_be_visible()
