@@ -26,7 +26,7 @@ REPLY_STATE = {
 }
 CUT = "Cut at the length limit."  # an answer that ended by ``length``
 QUEUED = "Queued: sent when the answer ends"  # a follow-up written while an answer is written
-QUEUE_PAUSED = "Queued: waiting (the answer before it was stopped or failed)"
+QUEUE_PAUSED = "Queued: waiting"  # (the answer before it was stopped or failed: Send now, below, sends it)
 # What a change not yet on the server says, by its outbox status.
 DELIVERY_STATE = {
     "saving": "Saving on this device…",  # (committed, not durable yet: for a moment, if ever shown)
@@ -164,7 +164,7 @@ def _tools(item: Item, state: str) -> str:
     message = item.message
     buttons = [icon_button("copy", message.id, "Copy", "copy")]
     if message.is_queued_follow_up:
-        return f'<span class="tools">{"".join(buttons)}</span>'  # (Edit and Remove are said in words)
+        return ""  # (its Edit and Remove are in words, beside "Queued")
     if message.role == "user":
         buttons.append(icon_button("edit-message", message.id, "Edit", "edit"))
         remove = "Withdraw" if state in ("saving", "pending") else "Delete"

@@ -28,6 +28,8 @@ class SteeringView(Protocol):
     def show_dialog(self, dialog_id: str) -> None:
         """Open this <dialog> (modal; Escape or Close closes it)."""
 
+    def toggle_chats(self, open: bool | None = None) -> None: ...
+
 
 @dataclass
 class SteeringHost:
@@ -59,6 +61,7 @@ class Steering:
     async def on_open_settings(self, data: dict[str, Any]) -> None:
         self.note = ""
         self.draw()
+        self.view.toggle_chats(False)  # (on a narrow screen it was opened from the drawer: the chat is under it)
         self.view.show_dialog("settings")
 
     async def on_save_instructions(self, data: dict[str, Any]) -> None:
@@ -89,7 +92,7 @@ class Steering:
         try:
             changed = Preset.model_validate({
                 **preset.model_dump(), "name": " ".join(str(data.get("name", "")).split()),
-                "assistant_id": str(data.get("assistant", "")) or None, "instructions": str(data.get("instructions", "")),
+                "assistant_id": str(data.get("presetAssistant", "")) or None, "instructions": str(data.get("instructions", "")),
                 "temperature": _number(data.get("temperature"), float), "max_tokens": _number(data.get("maxTokens"), int),
             })  # fmt: skip
         except ValueError as e:
@@ -160,12 +163,12 @@ def _preset_form(preset: Preset, assistants: list[tuple[str, str]], default: boo
     return f"""<li><form class="preset" id="preset-{pid}" data-action="save-preset" aria-label="Preset {escape(preset.name)}">
   <input type="hidden" name="id" value="{pid}">
   <label>Name <input name="name" value="{escape(preset.name)}" maxlength="100" required></label>
-  <label>Assistant <select name="assistant">{_assistant_select(assistants, preset.assistant_id)}</select></label>
+  <label>Assistant <select name="presetAssistant">{_assistant_select(assistants, preset.assistant_id)}</select></label>
   {instructions_field("instructions", f"preset-{pid}-instructions", "Instructions", preset.instructions)}
   <div class="row">
     <label>Temperature <input name="temperature" type="number" min="0" max="2" step="0.1" value="{temperature}"
       placeholder="model's own" inputmode="decimal"></label>
-    <label>Maximum answer length <input name="maxTokens" type="number" min="1" max="1000000" step="1" value="{limit}"
+    <label>Maximum answer length (tokens) <input name="maxTokens" type="number" min="1" max="1000000" step="1" value="{limit}"
       placeholder="model's own" inputmode="numeric"></label>
   </div>
   <label class="check"><input type="checkbox" name="default"{checked}> Default for new chats</label>

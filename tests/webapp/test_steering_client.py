@@ -25,7 +25,7 @@ async def a_preset(client: Client, **fields: str) -> Preset:
     if not any(p.name == "New preset" for p in client.store.presets()):
         await client.dispatch("new-preset", {})
     made = next(p for p in client.store.presets() if p.name == "New preset")
-    await client.dispatch("save-preset", {"id": made.id, "name": "Terse", "assistant": "", "instructions": "Be terse.",
+    await client.dispatch("save-preset", {"id": made.id, "name": "Terse", "presetAssistant": "", "instructions": "Be terse.",
                                           "temperature": "", "maxTokens": "", **fields})  # fmt: skip
     preset = client.store.preset(made.id)
     assert preset is not None
@@ -120,7 +120,7 @@ async def test_a_model_on_this_device_is_given_the_system_message_records_it_and
     client, page = await signed_in(tmp_path, model)  # type: ignore[arg-type]
     chat = client.selected or ""
     await client.dispatch("save-instructions", {"instructions": "Answer in French."})
-    preset = await a_preset(client, maxTokens="3", temperature="0.5", assistant=DEVICE_MODEL_ID)
+    preset = await a_preset(client, maxTokens="3", temperature="0.5", presetAssistant=DEVICE_MODEL_ID)
     await client.dispatch("save-chat-instructions", {"id": chat, "instructions": "About Lyon."})
     await client.dispatch("send", {"text": "hello", "assistant": f"preset:{preset.id}"})
     system = "Answer in French.\n\nBe terse.\n\nAbout Lyon."
@@ -136,7 +136,7 @@ async def test_a_model_on_this_device_is_given_the_system_message_records_it_and
     assert 'aria-expanded="true"' in page.item(reply.id) and "Answer in French.\n\nBe terse.\n\nAbout Lyon.</pre>" in page.item(reply.id)
 
     # Continue: the same message, written on from where it ended, its text so far its start.
-    await client.dispatch("save-preset", {"id": preset.id, "name": "Terse", "assistant": DEVICE_MODEL_ID, "instructions": "Be terse."})
+    await client.dispatch("save-preset", {"id": preset.id, "name": "Terse", "presetAssistant": DEVICE_MODEL_ID, "instructions": "Be terse."})
     await client.dispatch("continue-run", {"id": reply.id})
     turns, _ = model.asked[1]
     assert turns[0] == Turn("system", system) and turns[-2:] == [Turn("assistant", "w0 w1 w2"), Turn("user", GO_ON)]
