@@ -314,7 +314,7 @@ def icon_button(action: str, target_id: str, label: str, icon: str) -> str:
 
 
 def counter(length: int, counter_id: str) -> str:
-    return f'<span class="counter" id="{counter_id}" aria-live="polite">{length:,} / {MAX_INSTRUCTIONS:,}</span>'
+    return f'<span class="counter" id="{counter_id}">{length:,} / {MAX_INSTRUCTIONS:,}</span>'
 
 
 def instructions_field(name: str, field_id: str, label: str, text: str, hint: str = "") -> str:
