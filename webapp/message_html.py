@@ -199,6 +199,8 @@ def _usage(message: Message, info: RunSummary | None) -> str:
     an answer older than that field, as GET /runs said."""
     if message.usage is not None:
         used = message.usage
+        if used.prompt_tokens == 0 and message.finish_reason in ("cancelled", "failed"):  # (ended before the service said)
+            return f'<span class="usage">about {used.completion_tokens} tokens (counted: the service did not say)</span>'
         about = "about " if used.estimated else ""
         estimated = " (estimated)" if used.estimated else ""
         return f'<span class="usage">{about}{used.prompt_tokens} + {used.completion_tokens} tokens{estimated}</span>'

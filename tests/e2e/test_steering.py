@@ -128,14 +128,19 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
     expect(reply.locator(".content")).to_have_text(full_answer(WORDS))  # the stopped text its start, byte for byte
     expect(a.locator(".message.assistant")).to_have_count(1)  # the same message
 
-    # Stopped on one device, continued from another.
+    # Stopped on one device (a follow-up queued meanwhile waits, and is cleared), continued from another.
     b = device(contexts, steer_server, username)
     send(a, "And once more", assistant="fake")
     reply = a.locator(".message.assistant").last
     expect(reply.locator(".content")).to_contain_text("word3", timeout=30_000)
+    send(a, "Then this", assistant="fake")
+    expect(b.get_by_text("Queued: sent when the answer ends")).to_have_count(1)
     reply.get_by_role("button", name="Stop").click()
     on_b = b.locator(".message.assistant").last
     expect(on_b.get_by_text("Stopped.")).to_be_visible()
+    expect(a.get_by_text("1 queued —")).to_be_visible()
+    b.get_by_role("button", name="Clear").click()
+    expect(a.get_by_text("Then this")).to_have_count(0)
     on_b.get_by_role("button", name="Continue").click()
     for page in (a, b):
         expect(page.locator(".message.assistant").last).to_have_attribute("data-state", "completed", timeout=30_000)

@@ -252,3 +252,18 @@ async def test_follow_ups_for_assistants_on_this_device_are_sent_here_in_order(t
     sends = sent(client, EventType.QUEUED_MESSAGE_SENT)
     assert all(isinstance(s, QueuedSend) and s.run_id is None for s in sends) and len(sends) == 2  # (answered here)
     assert all(isinstance(m, Message) for m in path.values())
+
+
+def test_what_an_answer_cost_is_read_from_its_final_event() -> None:
+    from shared.models import TokenUsage
+    from webapp.message_html import Item, message_item
+
+    reply = Message(id="018bcfe5-6805-7309-844b-27a808c594fc", chat_id="018bcfe5-6805-7309-844b-27a808c594fd", role="assistant",
+                    content="Some words", status="completed", assistant_id="fake", created_at="2026-11-30T12:00:00.000Z",
+                    finish_reason="stop", usage=TokenUsage(prompt_tokens=12, completion_tokens=2))  # fmt: skip
+    assert "12 + 2 tokens" in message_item(Item(reply))
+    estimated = reply.model_copy(update={"usage": TokenUsage(prompt_tokens=12, completion_tokens=2, estimated=True)})
+    assert "about 12 + 2 tokens (estimated)" in message_item(Item(estimated))
+    stopped = reply.model_copy(update={"status": "cancelled", "finish_reason": "cancelled", "usage": TokenUsage(prompt_tokens=0, completion_tokens=2)})
+    assert "about 2 tokens (counted: the service did not say)" in message_item(Item(stopped))
+    assert "Stopped." in message_item(Item(stopped)) and ">Continue<" in message_item(Item(stopped))
