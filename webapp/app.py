@@ -692,6 +692,8 @@ class Client:
         if reply is None or reply.role != "assistant" or reply.status in UNFINISHED or not reply.assistant_id:
             return
         assistant = self.choice.get(reply.assistant_id)
+        if reply.assistant_id in LOCAL_ASSISTANTS and not isinstance(assistant, ModelAssistant):
+            return  # (the local helper is never cut; a model of another device's is not here to go on)
         question = self._question_of(reply)
         go_on = RunContinue(run_id=self.s.new_id(), chat_id=reply.chat_id, message_id=reply.id, assistant_id=reply.assistant_id)
         await self._submit(EventType.ASSISTANT_RUN_CONTINUED, go_on)  # (reopened: its own edits carry the new run)
@@ -762,7 +764,7 @@ class Client:
         preset is the open chat's (ChatUpdated: every device, every reload), and an assistant
         chosen in a chat with a preset takes the preset away."""
         _, preset_id = self.choice.resolve(value)
-        if preset_id is None:
+        if not value.startswith(ui.PRESET):
             await self.choice.choose(value)
         chat = self.store.chat(self.selected) if self.selected else None
         if chat is not None and chat.preset_id != preset_id:

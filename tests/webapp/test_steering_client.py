@@ -267,3 +267,10 @@ def test_what_an_answer_cost_is_read_from_its_final_event() -> None:
     stopped = reply.model_copy(update={"status": "cancelled", "finish_reason": "cancelled", "usage": TokenUsage(prompt_tokens=0, completion_tokens=2)})
     assert "about 2 tokens (counted: the service did not say)" in message_item(Item(stopped))
     assert "Stopped." in message_item(Item(stopped)) and ">Continue<" in message_item(Item(stopped))
+
+
+async def test_a_preset_deleted_elsewhere_is_never_remembered_as_an_assistant(tmp_path: Path) -> None:
+    client, page = await signed_in(tmp_path)
+    await client.dispatch("choose-assistant", {"assistant": "preset:018bcfe5-6805-7309-844b-27a808c594fc"})  # (gone)
+    assert client.store.setting("assistant") is None or not str(client.store.setting("assistant")).startswith("preset:")
+    assert "preset:" not in page.regions["assistant-choice"]
