@@ -130,7 +130,10 @@ def _state(item: Item) -> tuple[str, str, str]:
         return "rejected", f"Not accepted: {item.rejection.error}", resend + _text_button("discard", event_id, "Discard")
     if message.is_queued_follow_up:
         actions = _text_button("edit-message", message.id, "Edit") + _text_button("remove-message", message.id, "Remove")
-        return "queued", QUEUE_PAUSED if item.paused else QUEUED, actions
+        text = QUEUE_PAUSED if item.paused else QUEUED
+        if item.delivery is not None:  # (not on the server yet: said, as for any message)
+            text += f" · {DELIVERY_STATE[item.delivery.status]}"
+        return "queued", text, actions
     if message.role == "assistant" and message.status == "completed" and message.finish_reason == "length":
         return "cut", CUT, _text_button("continue-run", message.id, "Continue")
     if message.role == "assistant" and message.status != "completed":
