@@ -143,7 +143,7 @@ class MessagePane:
         and while the queue waits, how many and Send now / Clear."""
         assert self.chat_id is not None
         queued = self.store.queued(self.chat_id)
-        self._paused = bool(queued) and queue_state(self.store.messages(self.chat_id)) == "paused"
+        self._paused = bool(queued) and queue_state(self.store.queue_rows(self.chat_id)) == "paused"
         for message in queued:
             key = message_html.item_key(message.id)
             order.append(key)

@@ -284,6 +284,19 @@ class LocalStore(Outbox, Snapshots, Uploads):
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 
+    def queue_rows(self, chat_id: str) -> list[Message]:
+        """What shared/followups.py's ``queue_state`` reads of a chat, and no more: its queued
+        follow-ups, the replies still being written and the latest reply (a chat's whole history
+        is not read at every redraw while something is queued)."""
+        rows = self.conn.execute(
+            f"""SELECT * FROM messages WHERE chat_id = :chat AND (
+                    (role = 'user' AND status = 'queued') OR (role = 'assistant' AND status IN {UNFINISHED!r})
+                    OR id = (SELECT id FROM messages WHERE chat_id = :chat AND role = 'assistant'
+                             ORDER BY created_at DESC, id DESC LIMIT 1))""",
+            {"chat": chat_id},
+        ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
     def settings(self) -> Settings | None:
         """The account's settings (its instructions, the default preset), or None before any were made."""
         row = self.conn.execute("SELECT * FROM settings WHERE id = ?", (SETTINGS_ID,)).fetchone()

@@ -274,3 +274,32 @@ async def test_a_preset_deleted_elsewhere_is_never_remembered_as_an_assistant(tm
     await client.dispatch("choose-assistant", {"assistant": "preset:018bcfe5-6805-7309-844b-27a808c594fc"})  # (gone)
     assert client.store.setting("assistant") is None or not str(client.store.setting("assistant")).startswith("preset:")
     assert "preset:" not in page.regions["assistant-choice"]
+
+
+async def test_the_rows_read_for_the_queue_s_state_decide_it_as_the_whole_chat_does(tmp_path: Path) -> None:
+    from shared.followups import queue_state
+
+    client, _ = await signed_in(tmp_path)
+    chat = client.selected or ""
+    states = []
+    await client.dispatch("send", {"text": "first", "assistant": "demo"})
+    [request] = sent(client, EventType.ASSISTANT_RUN_REQUESTED)
+    assert isinstance(request, RunRequest)
+    for step in ("queue", "stop", "now", "stop again", "clear"):
+        if step == "queue":
+            await client.dispatch("send", {"text": "a", "assistant": "demo"})
+            await client.dispatch("send", {"text": "b", "assistant": ""})
+        elif step == "stop":
+            await client.dispatch("stop-run", {"id": request.message_id})
+        elif step == "now":
+            await client.dispatch("send-queued-now", {})
+        elif step == "stop again":
+            [send] = sent(client, EventType.QUEUED_MESSAGE_SENT)
+            assert isinstance(send, QueuedSend)
+            await client.dispatch("stop-run", {"id": send.reply_id})
+        else:
+            await client.dispatch("clear-queue", {})
+        whole, read = queue_state(client.store.messages(chat)), queue_state(client.store.queue_rows(chat))
+        states.append(read)
+        assert whole == read, step
+    assert states == ["answering", "paused", "answering", "paused", "empty"]
