@@ -269,8 +269,8 @@ def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = 
     )  # fmt: skip
     line = ""
     if chat.instructions and chat.instructions.strip():
-        first = " ".join(chat.instructions.split())
-        line = f'<p class="chat-instructions" title="{escape(chat.instructions)}">Instructions: {escape(first)}</p>'
+        one_line = " ".join(chat.instructions.split())  # (cut to the header's width by CSS; whole in its title)
+        line = f'<p class="chat-instructions" title="{escape(chat.instructions)}">Instructions: {escape(one_line)}</p>'
     title = f'<div class="chat-titles"><h2 class="chat-title" id="chat-title">{escape(chat.title)}</h2>{line}</div>'
     return f'{bar}{title}<span class="chat-tools">{tools}</span>'
 
