@@ -15,8 +15,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from shared.continuation import GO_ON
-from shared.models import Attachment, DomainEvent, EventType, Message
+from shared.continuation import GO_ON, Continuation
+from shared.models import Attachment, DomainEvent, EventType, Message, TokenUsage
 from shared.thread import Link, path_to
 
 TurnRole = Literal["system", "user", "assistant"]
@@ -92,6 +92,13 @@ class RunInput:
     now: Callable[[], str]
     # The reply's text so far, for whoever shows it live (between its checkpoints).
     on_text: Callable[[str, str], None] = lambda message_id, text: None
+    # The preset the answer is given under, and its system message: for an assistant run where
+    # the client is, exactly what it is given (shared/instructions.py made it, or an earlier
+    # answer had it: Regenerate); for one of the server's, only one it must use as it is (the
+    # server makes it otherwise). The preset's parameters, for a model run where the client is.
+    preset_id: str | None = None
+    instructions: str | None = None
+    sampling: Sampling = DEFAULT_SAMPLING
 
 
 class Assistant(Protocol):
@@ -262,33 +269,74 @@ class ModelAssistant:
             status="streaming",
             assistant_id=self.id,
             created_at=run.now(),
+            preset_id=run.preset_id,
+            instructions=run.instructions,
         )
         yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
-        content, status, last = "", "completed", time.monotonic()
+        async for event in self._write(run, reply, turns_of(run.history)):
+            yield event
+
+    async def go_on(self, run: RunInput, reply: Message) -> AsyncIterator[DomainEvent]:
+        """Continue: ``reply`` (ended, cut) is written on from where its text ends, byte for byte
+        (shared/continuation.py trims a repeat); the model is given the same system message and
+        the text so far as its unfinished turn, followed by a short request to go on."""
+        reply = reply.model_copy(update={"status": "streaming", "finish_reason": None})
+        yield self._edit(run, reply, "streaming", reply.content)
+        async for event in self._write(run, reply, continuing(turns_of(run.history), reply.content, prefill=False)):
+            yield event
+
+    async def _write(self, run: RunInput, reply: Message, turns: list[Turn]) -> AsyncIterator[DomainEvent]:
+        if reply.instructions:
+            turns = [Turn("system", reply.instructions), *turns]
+        content, status, last = reply.content, "completed", time.monotonic()
+        trim = Continuation(content) if content else None
+        finish: str = "stop"
+        usage: Usage | None = None
         reason: str | None = None
-        stream = self.model.stream(turns_of(run.history))
+        stream = self.model.stream(turns, run.sampling)
         try:
             async for piece in stream:
-                if not piece.text:
+                usage = piece.usage or usage
+                finish = piece.finish_reason or finish
+                text = piece.text if trim is None else trim.feed(piece.text)
+                if not text:
                     continue
-                content += piece.text
+                content += text
                 run.on_text(reply.id, content)
                 if time.monotonic() - last >= self.checkpoint_seconds:
                     last = time.monotonic()
                     yield self._edit(run, reply, "streaming", content)
+            content += trim.end() if trim is not None else ""
         except UpstreamError as e:
-            status, reason = "failed_upstream", str(e) or "the model failed without saying why"
+            status, finish, reason = "failed_upstream", "failed", str(e) or "the model failed without saying why"
         finally:
             await stream.aclose()
-        yield self._edit(run, reply, status, content)
+        cost = _added(reply.usage, usage)
+        yield self._edit(run, reply, status, content, finish, cost)
         if reason is not None:
             why = failure_message(reply, reason, run.new_id, run.now)
             yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=why, created_at=run.now())
 
     @staticmethod
-    def _edit(run: RunInput, reply: Message, status: str, content: str) -> DomainEvent:
-        edited = reply.model_copy(update={"status": status, "content": content})
+    def _edit(
+        run: RunInput, reply: Message, status: str, content: str, finish: str | None = None, usage: TokenUsage | None = None
+    ) -> DomainEvent:
+        update: dict[str, Any] = {"status": status, "content": content, "finish_reason": finish}
+        if usage is not None:
+            update["usage"] = usage
+        edited = reply.model_copy(update=update)
         return DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_EDITED, payload=edited, created_at=run.now())
+
+
+def _added(before: TokenUsage | None, usage: Usage | None) -> TokenUsage | None:
+    """What an answer cost: this run's usage added to what it had cost before (a continuation)."""
+    if usage is None:
+        return before
+    return TokenUsage(
+        prompt_tokens=usage.prompt_tokens + (before.prompt_tokens if before else 0),
+        completion_tokens=usage.completion_tokens + (before.completion_tokens if before else 0),
+        estimated=usage.estimated or (before is not None and before.estimated),
+    )
 
 
 def failure_message(reply: Message, reason: str, new_id: Callable[[], str], now: Callable[[], str]) -> Message:

@@ -329,7 +329,7 @@ function wireEvents() {
   });
   // The assistant chosen in the composer is remembered as soon as it is chosen.
   document.addEventListener("change", async (e) => {
-    if (e.target.matches("select[name=assistant]")) send("choose-assistant", { assistant: e.target.value });
+    if (e.target.matches("#assistant-choice")) send("choose-assistant", { assistant: e.target.value });
     if (e.target.matches("input[data-attach]")) {
       attach(e.target.files);
       e.target.value = "";
@@ -342,6 +342,7 @@ function wireEvents() {
   });
   document.addEventListener("input", (e) => {
     if (e.target.matches("[data-search]")) return search(e.target.value);
+    if (e.target.matches("textarea[data-count]")) view.countInto(e.target);
     if (!e.target.matches("#composer-text")) return;
     view.fitComposer(e.target);
     if (!e.target.hasAttribute("data-draft")) return; // editing a message: not the chat's draft
@@ -382,6 +383,7 @@ function wireEvents() {
       return search("");
     }
     if (e.key === "Escape" && e.target.closest("form.rename")) return send("cancel-rename", {});
+    if (e.key === "Escape" && e.target.closest("form.chat-instructions-form")) return send("cancel-chat-instructions", {});
     if (e.key === "Escape" && document.getElementById("root").dataset.drawer === "open") return view.toggleChats(false);
     // Enter sends on a desktop; on a touch screen it is a new line (Send is the button), and an
     // Enter that ends an input method's composition never sends.

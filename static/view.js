@@ -241,6 +241,18 @@ export function download(filename, type, text) {
   setTimeout(() => URL.revokeObjectURL(url), 10000);
 }
 
+// A field of instructions counts its characters as they are typed (`data-count`: the counter's id).
+export function countInto(box) {
+  const counter = byId(box.dataset.count);
+  if (counter) counter.textContent = `${box.value.length.toLocaleString("en")} / ${Number(box.maxLength).toLocaleString("en")}`;
+}
+
+// A <dialog> Python has drawn (Settings): opened modal; Escape or its Close button closes it.
+export function showDialog(id) {
+  const dialog = byId(id);
+  if (dialog && !dialog.open) dialog.showModal();
+}
+
 export function jumpToLatest() {
   const scroller = byId("scroller");
   if (!scroller) return;
@@ -341,6 +353,8 @@ export function saveScreen() {
   note?.setAttribute("hidden", "");
   copy.querySelector("#assistant-choice")?.removeAttribute("hidden");
   copy.querySelector("#jump")?.setAttribute("hidden", "");
+  copy.querySelectorAll("dialog").forEach((dialog) => dialog.removeAttribute("open")); // (a dialog is this moment's)
+  copy.querySelector("#settings-body")?.replaceChildren();
   copy.querySelectorAll("[data-sending]").forEach((element) => element.remove()); // (static/pending.js has them)
   const editing = !box.hasAttribute("data-draft");
   copy.querySelector("#composer-text")?.setAttribute("data-draft", "");

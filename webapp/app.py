@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -15,9 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from shared.assistants import Assistant, Model, RunInput, failure_message
+from shared.assistants import DEFAULT_SAMPLING, Assistant, Model, ModelAssistant, RunInput, Sampling, failure_message
+from shared.followups import MAX_QUEUED, Sender, send_next
+from shared.instructions import layers_for, system_message
 from shared.models import (
-    ENDED,
     UNFINISHED,
     Chat,
     DeltaFrame,
@@ -27,23 +27,26 @@ from shared.models import (
     MessageRef,
     Payload,
     RunCancel,
+    RunContinue,
     RunRequest,
     Session,
 )
 from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
-from webapp.assistants import AssistantChoice
+from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
 from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
+from webapp.steering import Steering, SteeringHost
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
-from webapp.transport import NetworkError, ServerError, Transport, Unauthorized
+from webapp.transport import NetworkError, ServerError, Transport
 from webapp.uploads import BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
+LOCAL_ASSISTANTS = (LOCAL_TOOLS_ID, DEVICE_MODEL_ID)  # those that answer on this device
 WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,9 @@ class View(MessagesView, ChatsView, Protocol):
     def cached(self, account_id: str, layout: str) -> str | None:
         """The id of the chat the page shows ("" for none) when it shows this account's render
         cache drawn with this layout (its DOM is then taken over as it is); else None."""
+
+    def show_dialog(self, dialog_id: str) -> None:
+        """Open this <dialog> (modal; Escape or Close closes it)."""
 
 
 class AuthApi(Protocol):
@@ -177,11 +183,16 @@ class Client:
         self.choice = AssistantChoice(
             self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files
         )
+        self.choice.chat_preset = self._chat_preset
+        self.steering = Steering(self.store, self.view, SteeringHost(
+            submit=self._submit, now=services.now, new_id=services.new_id,
+            assistants=lambda: [(a.id, a.name) for a in self.choice.offered()], changed=self.choice.draw,
+        ))  # fmt: skip
         self.selected: str | None = None
         self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id
-        self._runs_asked: dict[str, int] = {}  # chat -> the cursor when its runs were last asked for
         self._sync_task: asyncio.Task[None] | None = None
+        self._sending: set[str] = set()  # chats whose next queued follow-up is being sent here
         self._signin: SignIn | None = None  # a sign-in waiting for the user to give up unsent changes
         self._layout = False  # the chats are on screen (else the page is a sign-in form)
 
@@ -248,6 +259,7 @@ class Client:
         chats = self.store.chats()
         self.selected = shown if any(c.id == shown for c in chats) else chats[0].id if chats else None
         self.editing = None
+        self.choice.reset()
         self.choice.draw()
         self.redraw(chat_changed=True)
         self._status(self.engine.status)
@@ -294,7 +306,8 @@ class Client:
             self.chats.draw_head(next((c for c in chats if c.id == self.selected), None))
             self.pane.draw()
         if self.selected is not None:
-            self._ask_for_runs(self.selected)
+            self.choice.draw()  # (the chat's preset, as this device or another chose it)
+            self._send_local_follow_up(self.selected)
 
     def _open_chat(self, chat: Chat | None) -> None:
         editing = self.editing
@@ -371,38 +384,14 @@ class Client:
             self.uploads.kick()
         self._files_changed()
 
-    # --- how the server's runs ended, and what they cost ------------------------------------------
-
-    def _ask_for_runs(self, chat_id: str) -> None:
-        """A server-side reply of this chat ended and we do not know how: ask (once per cursor)."""
-        if self.engine.status is not Status.ONLINE or self._runs_asked.get(chat_id) == self.store.last_seq():
-            return
-        infos = self.store.run_infos(chat_id)
-        rows = self.pane.rows.values()
-        if any(r.run_id and r.status in ENDED and (r.id not in infos or infos[r.id].status != r.status) for r in rows):
-            self._runs_asked[chat_id] = self.store.last_seq()
-            asyncio.ensure_future(self._fetch_runs(chat_id)).add_done_callback(_log_failure)
-
-    async def _fetch_runs(self, chat_id: str, tries: int = 5) -> None:
-        for _ in range(tries):
-            try:
-                found = await self.s.transport.runs(chat_id)
-            except (NetworkError, ServerError, Unauthorized):
-                return
-            await self.store.set_setting("runs:" + chat_id, json.dumps([r.model_dump() for r in found]))
-            if chat_id == self.selected:
-                self.pane.draw()
-            if all(r.status in ENDED for r in found):
-                return
-            await asyncio.sleep(1)  # a run's usage is written just after its reply ends
-
     # --- actions -------------------------------------------------------------------------------
 
     async def dispatch(self, action: str, data: dict[str, Any]) -> None:
         name = action.replace("-", "_")
-        handler: Callable[[dict[str, Any]], Awaitable[None]] | None = getattr(
-            self, "_on_" + name, None
-        ) or getattr(self.chats, "on_" + name, None) or getattr(self.choice, "on_" + name, None)
+        handler: Callable[[dict[str, Any]], Awaitable[None]] | None = (
+            getattr(self, "_on_" + name, None) or getattr(self.chats, "on_" + name, None)
+            or getattr(self.steering, "on_" + name, None) or getattr(self.choice, "on_" + name, None)
+        )  # fmt: skip
         if handler is None:
             raise ValueError(f"unknown action {action!r}")
         await handler(data)
@@ -522,7 +511,10 @@ class Client:
 
     async def _new_chat(self, chat_id: str | None = None) -> str:
         now = self.s.now()
-        chat = Chat(id=chat_id or self.s.new_id(), title=DEFAULT_TITLE, created_at=now)
+        settings = self.store.settings()
+        default = settings.default_preset_id if settings is not None else None
+        preset = default if default is not None and self.store.preset(default) is not None else None
+        chat = Chat(id=chat_id or self.s.new_id(), title=DEFAULT_TITLE, created_at=now, preset_id=preset)
         self.selected, self.editing = chat.id, None
         # At once: what is typed from now on is the new chat's (the page names a chat it made
         # itself for a message sent in no chat, and then keeps what is typed there since).
@@ -559,6 +551,16 @@ class Client:
         chat_id = draft_of if self.store.chat(draft_of) else None
         if chat_id is None:
             chat_id = await self._new_chat(_uuid(data.get("chat")) if data.get("newChat") else None)
+        chosen = str(data.get("assistant", self.choice.shown()))
+        assistant, preset_id = self.choice.resolve(chosen)
+        # While an answer is being written in the chat (or others wait before it), the message is
+        # queued: sent when the answer ends, by the server or by this device (shared/followups.py).
+        queue = chat_id in self.store.running() or bool(self.store.queued(chat_id))
+        if queue and len(self.store.queued(chat_id)) >= MAX_QUEUED:
+            self._refused[draft_of] = [f"Not sent: a chat holds at most {MAX_QUEUED} queued messages. It is back in the box."]
+            self._draw_composer_files()
+            self.view.restore_text("#composer-text", text)
+            return
         path = self.store.shown_path(chat_id)
         message = Message(
             id=message_id,
@@ -569,6 +571,8 @@ class Client:
             parent_id=path[-1].id if path else None,
             created_at=self.s.now(),
         )
+        if queue:
+            message = message.model_copy(update={"status": "queued", "assistant_id": assistant or None, "preset_id": preset_id})
         try:
             if attached:  # queued before the message is in the outbox: it never waits for a file not queued
                 await self.store.enqueue_uploads(attached)
@@ -580,13 +584,12 @@ class Client:
             self.uploads.kick()
         self._refused.pop(draft_of, None)
         await self.chats.title_from_first_message(chat_id)
+        await self._choose(chosen)
         self.redraw()
         if attached:
             self._draw_composer_files()
-        assistant = str(data.get("assistant", self.choice.chosen()))
-        await self.choice.choose(assistant)
-        if assistant != NO_ASSISTANT:
-            await self._ask(self.choice.get(assistant), message)
+        if assistant != NO_ASSISTANT and not queue:
+            await self._ask(self.choice.get(assistant), message, preset_id)
 
     async def adopt_drafts(self, kept: dict[str, Any]) -> dict[str, int]:
         """What the page kept of the composer's text ({chat: {text, at}}; static/pending.js),
@@ -599,16 +602,34 @@ class Client:
             await self.store.save_drafts(drafts)
         return {chat: entry.get("at", 0) for chat, entry in kept.items() if not drafts.get(chat) and isinstance(entry, dict)}
 
-    async def _ask(self, assistant: Assistant, question: Message) -> None:
+    async def _ask(
+        self, assistant: Assistant, question: Message, preset_id: str | None = None, instructions: str | None = None,
+        going_on: Message | None = None,
+    ) -> None:
         """Whatever the assistant, what it yields is applied the same way: saved and shown at
         once, then sent (offline, it waits in the outbox like any change). It is asked about the
-        path from the chat's start to the question: what the chat shows."""
+        path from the chat's start to the question: what the chat shows. ``preset_id``: the preset
+        it answers under; ``instructions``: the system message to give it as it is (Regenerate:
+        the earlier answer's); else one of the server's makes it, and one here is given what
+        shared/instructions.py makes of the account's, the preset's and the chat's now.
+        ``going_on``: Continue that reply of a model on this device."""
+        sampling = DEFAULT_SAMPLING
+        if not isinstance(assistant, RemoteAssistant):
+            chat = self.store.chat(question.chat_id)
+            presets = {p.id: p for p in self.store.presets()}
+            if instructions is None:
+                instructions = system_message(*layers_for(self.store.settings(), presets, chat, preset_id))
+            preset = presets.get(preset_id or (chat.preset_id if chat else None) or "")
+            sampling = Sampling(preset.temperature, preset.max_tokens) if preset is not None else DEFAULT_SAMPLING
         run = RunInput(question.chat_id, question, self._history(question), self.s.new_id, self.s.now,
-                       on_text=self.pane.stream)  # fmt: skip
+                       on_text=self.pane.stream, preset_id=preset_id, instructions=instructions, sampling=sampling)  # fmt: skip
         task = asyncio.current_task()
-        reply: Message | None = None
+        reply: Message | None = going_on
+        if going_on is not None and task is not None:
+            self.local_runs[going_on.id] = task
+        events = assistant.go_on(run, going_on) if going_on is not None and isinstance(assistant, ModelAssistant) else assistant.run(run)
         try:
-            async for event in assistant.run(run):
+            async for event in events:
                 await self.store.add_local(event)
                 self.engine.kick()
                 if reply is None and isinstance(event.payload, Message) and event.payload.status == "streaming":
@@ -620,11 +641,13 @@ class Client:
             if reply is not None:
                 stopped = self.store.message(reply.id) or reply
                 text = max(self.pane.streaming.get(reply.id, ""), stopped.content, key=len)
-                await self._submit(EventType.MESSAGE_EDITED, stopped.model_copy(update={"status": "cancelled", "content": text}))
+                stopped = stopped.model_copy(update={"status": "cancelled", "content": text, "finish_reason": "cancelled"})
+                await self._submit(EventType.MESSAGE_EDITED, stopped)
                 self.redraw()
         finally:
             if reply is not None:
                 self.local_runs.pop(reply.id, None)
+        self._send_local_follow_up(question.chat_id)
 
     def _history(self, question: Message) -> list[Message]:
         """The messages from the chat's start to ``question``, along the tree (as history_along)."""
@@ -635,7 +658,7 @@ class Client:
     async def _end_orphaned_local_replies(self) -> None:
         """Replies this device was writing when the page went away: their model call died with it
         (and the reply says so, as it says any other reason it failed)."""
-        for reply in self.store.unfinished_local_replies():
+        for reply in self.store.unfinished_local_replies(LOCAL_ASSISTANTS):
             await self._submit(EventType.MESSAGE_EDITED, reply.model_copy(update={"status": "failed_upstream"}))
             why = failure_message(reply, device_model.page_closed(), self.s.new_id, self.s.now)
             await self._submit(EventType.MESSAGE_APPENDED, why)
@@ -654,11 +677,99 @@ class Client:
 
     async def _on_regenerate(self, data: dict[str, Any]) -> None:
         """Ask again: a new request whose reply is a sibling of this one (a new branch, shown),
-        never a change to the old reply."""
+        never a change to the old reply; under the same preset, with the same instructions."""
         reply = self.store.message(str(data["id"]))
         question = self._question_of(reply) if reply is not None else None
         if reply is not None and reply.assistant_id and question is not None:
-            await self._ask(self.choice.get(reply.assistant_id), question)
+            await self._ask(self.choice.get(reply.assistant_id), question, reply.preset_id, reply.instructions)
+
+    async def _on_continue_run(self, data: dict[str, Any]) -> None:
+        """Continue an answer cut at the length limit or stopped: the same message is written on
+        from where its text ends, by a new run of its assistant (the server's: an
+        ``AssistantRunContinued``, which any device may send and the server runs even if this
+        page goes; a model on this device: here)."""
+        reply = self.store.message(str(data["id"]))
+        if reply is None or reply.role != "assistant" or reply.status in UNFINISHED or not reply.assistant_id:
+            return
+        assistant = self.choice.get(reply.assistant_id)
+        if reply.assistant_id in LOCAL_ASSISTANTS and not isinstance(assistant, ModelAssistant):
+            return  # (the local helper is never cut; a model of another device's is not here to go on)
+        question = self._question_of(reply)
+        go_on = RunContinue(run_id=self.s.new_id(), chat_id=reply.chat_id, message_id=reply.id, assistant_id=reply.assistant_id)
+        await self._submit(EventType.ASSISTANT_RUN_CONTINUED, go_on)  # (reopened: its own edits carry the new run)
+        self.redraw()
+        reopened = self.store.message(reply.id)
+        if isinstance(assistant, ModelAssistant) and question is not None and reopened is not None:
+            await self._ask(assistant, question, reply.preset_id, reply.instructions, going_on=reopened)
+
+    # --- follow-ups queued while an answer is written ----------------------------------------------
+
+    def _send_local_follow_up(self, chat_id: str) -> None:
+        """The chat's next queued follow-up, when the queue is ready and it is for an assistant on
+        this device (the server sends those for its own, and those with no answer)."""
+        if chat_id not in self._sending and self.store.queued(chat_id) and chat_id not in self.store.running():
+            asyncio.ensure_future(self._send_queued(chat_id, now=False)).add_done_callback(_log_failure)
+
+    async def _send_queued(self, chat_id: str, now: bool) -> None:
+        if chat_id in self._sending:
+            return  # (one at a time per chat: a follow-up is sent once)
+        self._sending.add(chat_id)
+        try:
+            await self._send_next(chat_id, now)
+        finally:
+            self._sending.discard(chat_id)
+
+    async def _send_next(self, chat_id: str, now: bool) -> None:
+        local = LOCAL_ASSISTANTS
+        sender = Sender(answers=(lambda a: True) if now else (lambda a: a in local), new_id=self.s.new_id)
+        send = send_next(self.store.messages(chat_id), sender, now=now, chosen=self.store.branch_choices(chat_id))
+        if send is None or (not now and send.assistant_id is None):
+            return  # (one with no answer: the server sends it)
+        if send.assistant_id in local:  # answered here, as any message asked of it
+            send = send.model_copy(update={"run_id": None, "reply_id": None})
+        await self._submit(EventType.QUEUED_MESSAGE_SENT, send)
+        self.redraw()
+        sent = self.store.message(send.message_id)
+        if sent is not None and send.assistant_id in local:
+            await self._ask(self.choice.get(send.assistant_id), sent, send.preset_id)
+
+    async def _on_send_queued_now(self, data: dict[str, Any]) -> None:
+        """The queue waits (a Stop, a failure): its first message goes now."""
+        if self.selected is not None:
+            await self._send_queued(self.selected, now=True)
+
+    async def _on_clear_queue(self, data: dict[str, Any]) -> None:
+        if self.selected is not None:
+            for message in self.store.queued(self.selected):
+                await self._submit(EventType.MESSAGE_DELETED, MessageRef(id=message.id, chat_id=message.chat_id))
+            self.redraw()
+
+    async def _on_show_instructions(self, data: dict[str, Any]) -> None:
+        self.pane.toggle_instructions(str(data["id"]))
+
+    # --- the assistant or preset chosen ----------------------------------------------------------
+
+    def _chat_preset(self) -> str | None:
+        """The preset the chooser shows: the open chat's (one that is gone counts as none), or,
+        with no chat open, the default for new chats."""
+        chat = self.store.chat(self.selected) if self.selected else None
+        chosen = chat.preset_id if chat is not None else (s.default_preset_id if (s := self.store.settings()) else None)
+        return chosen if chosen is not None and self.store.preset(chosen) is not None else None
+
+    async def _on_choose_assistant(self, data: dict[str, Any]) -> None:
+        await self._choose(str(data.get("assistant", "")))
+
+    async def _choose(self, value: str) -> None:
+        """An assistant or a preset chosen beside Send: an assistant is this device's choice; a
+        preset is the open chat's (ChatUpdated: every device, every reload), and an assistant
+        chosen in a chat with a preset takes the preset away."""
+        _, preset_id = self.choice.resolve(value)
+        if not value.startswith(ui.PRESET):
+            await self.choice.choose(value)
+        chat = self.store.chat(self.selected) if self.selected else None
+        if chat is not None and chat.preset_id != preset_id:
+            await self._submit(EventType.CHAT_UPDATED, chat.model_copy(update={"preset_id": preset_id}))
+        self.choice.draw()
 
     _on_retry_run = _on_regenerate
 

@@ -38,8 +38,9 @@ class RemoteAssistant:
 
     async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
         request = RunRequest(
-            run_id=run.new_id(), chat_id=run.chat_id, parent_id=run.question.id, message_id=run.new_id(), assistant_id=self.id
-        )
+            run_id=run.new_id(), chat_id=run.chat_id, parent_id=run.question.id, message_id=run.new_id(), assistant_id=self.id,
+            preset_id=run.preset_id, instructions=run.instructions,
+        )  # fmt: skip
         yield DomainEvent(event_id=run.new_id(), type=EventType.ASSISTANT_RUN_REQUESTED, payload=request, created_at=run.now())
 
 
@@ -90,7 +91,9 @@ class ToolAssistant:
                 "\u201ccalc: sqrt(2)\u201d) or to run Python (start with \u201cpython:\u201d or send a "
                 "```python block)."
             )
-        reply = self._message(run, "assistant", answer, parent)
+        reply = self._message(run, "assistant", answer, parent).model_copy(
+            update={"preset_id": run.preset_id, "instructions": run.instructions, "finish_reason": "stop"}
+        )  # (what it was given, as every answer records it: its tools do not read it)
         yield self._event(run, EventType.MESSAGE_APPENDED, reply)
 
     def _message(self, run: RunInput, role: Role, content: str, parent_id: str) -> Message:
@@ -138,6 +141,9 @@ class AssistantChoice:
         self.transport = transport
         self.python_tool = python_tool
         self.make_device_model = device_model  # (None where there is no way to call one)
+        # The preset the chooser shows (the open chat's), set by the client; None: an assistant.
+        self.chat_preset: Callable[[], str | None] = lambda: None
+        self._drawn = ""
 
     def _remote(self) -> list[AssistantInfo]:
         known = self.store.setting("assistants")
@@ -172,8 +178,25 @@ class AssistantChoice:
         return f"{name} does not read images: they are left out of what it is sent."
 
     def chosen(self) -> str:
+        """The assistant this device chose last ("": No answer)."""
         chosen = self.store.setting("assistant")
         return chosen if chosen is not None else self.offered()[0].id
+
+    def shown(self) -> str:
+        """What the chooser shows: the open chat's preset ("preset:<id>"), else the assistant chosen."""
+        preset = self.chat_preset()
+        return ui.PRESET + preset if preset is not None else self.chosen()
+
+    def resolve(self, value: str) -> tuple[str, str | None]:
+        """What a value of the chooser asks for: (the assistant, "" for none; the preset or None).
+        A preset answers with its own assistant, else with the assistant chosen beside Send (or,
+        when that is No answer, the first offered); a preset that is gone is the assistant chosen."""
+        if not value.startswith(ui.PRESET):
+            return value, None
+        preset = self.store.preset(value[len(ui.PRESET) :])
+        if preset is None:
+            return self.chosen(), None
+        return preset.assistant_id or self.chosen() or self.offered()[0].id, preset.id
 
     async def choose(self, assistant_id: str) -> None:
         if assistant_id != self.store.setting("assistant"):
@@ -190,14 +213,20 @@ class AssistantChoice:
             await self.store.set_setting("assistants", listed)
             self.draw()
 
-    def draw(self) -> None:
-        choices = [(a.id, a.name) for a in self.offered()]
-        self.view.morph("assistant-choice", ui.assistant_options(choices, self.chosen()))
-        self._on_change()
+    def reset(self) -> None:
+        """A new layout (a sign-in): the chooser is not drawn yet."""
+        self._drawn = ""
 
-    async def on_choose_assistant(self, data: dict[str, Any]) -> None:
-        await self.store.set_setting("assistant", str(data.get("assistant", "")))
-        self.draw()
+    def draw(self) -> None:
+        """The chooser (only when it changed): No answer, the assistants, then the presets."""
+        choices = [(a.id, a.name) for a in self.offered()]
+        presets = [(p.id, p.name) for p in self.store.presets()]
+        html = ui.assistant_options(choices, self.shown(), presets)
+        if html == self._drawn:
+            return
+        self._drawn = html
+        self.view.morph("assistant-choice", html)
+        self._on_change()
 
     async def on_device_model(self, data: dict[str, Any]) -> None:
         """The on-device model's settings (empty: none)."""

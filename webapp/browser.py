@@ -299,6 +299,9 @@ class DomView:
     def download(self, filename: str, mime: str, text: str) -> None:
         js.chatView.download(filename, mime, text)
 
+    def show_dialog(self, dialog_id: str) -> None:
+        js.chatView.showDialog(dialog_id)
+
     def remember(self, account_id: str | None, layout: str) -> None:
         js.chatView.remember(account_id, layout)
 

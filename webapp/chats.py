@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from shared.models import Chat, ChatRef, DomainEvent, EventType
+from shared.models import MAX_INSTRUCTIONS, Chat, ChatRef, DomainEvent, EventType
 from shared.transfer import Export, export_of, import_events
 from webapp import ui
 from webapp.store import LocalStore
@@ -99,6 +99,7 @@ class Chats:
         self.query = ""  # what the search box holds (the list shows the results while it is not empty)
         self.renaming: str | None = None  # the chat whose title is being edited
         self.deleting: str | None = None  # the chat whose deletion is to be confirmed
+        self.instructing: str | None = None  # the chat whose instructions are being edited
         self._list = ""  # the list's HTML as drawn
         self._head = ""
 
@@ -122,8 +123,10 @@ class Chats:
             self.renaming = None
         if chat is None or self.deleting != chat.id:
             self.deleting = None
+        if chat is None or self.instructing != chat.id:
+            self.instructing = None
         count = self.store.messages_count(chat.id) if chat is not None and self.deleting else None
-        html = ui.chat_head(chat, renaming=self.renaming is not None, deleting=count)
+        html = ui.chat_head(chat, renaming=self.renaming is not None, deleting=count, instructing=self.instructing is not None)
         if html != self._head:
             self._head = html
             self.view.morph("chat-head", html)
@@ -131,7 +134,7 @@ class Chats:
     def reset(self) -> None:
         """A new layout (a sign-in): nothing of it is drawn yet."""
         self._list = self._head = self.query = ""
-        self.renaming = self.deleting = None
+        self.renaming = self.deleting = self.instructing = None
 
     # --- titles --------------------------------------------------------------------------------
 
@@ -145,7 +148,7 @@ class Chats:
             await self.host.submit(EventType.CHAT_UPDATED, chat.model_copy(update={"title": title_from(first.content)}))
 
     async def on_rename_chat(self, data: dict[str, Any]) -> None:
-        self.renaming, self.deleting = str(data["id"]), None
+        self.renaming, self.deleting, self.instructing = str(data["id"]), None, None
         self.draw_head(self.store.chat(self.renaming))
         self.view.focus("#rename-title")
 
@@ -162,10 +165,31 @@ class Chats:
         self.renaming = None
         self.draw_head(self._open())
 
+    # --- the chat's instructions ----------------------------------------------------------------
+
+    async def on_chat_instructions(self, data: dict[str, Any]) -> None:
+        self.instructing, self.renaming, self.deleting = str(data["id"]), None, None
+        self.draw_head(self.store.chat(self.instructing))
+        self.view.focus("#chat-instructions-text")
+
+    async def on_save_chat_instructions(self, data: dict[str, Any]) -> None:
+        """The chat's own layer of the system message ("" or blank: none), for its next answers."""
+        chat = self.store.chat(str(data.get("id", "")))
+        text = str(data.get("instructions", ""))[:MAX_INSTRUCTIONS]
+        self.instructing = None
+        if chat is not None and text != (chat.instructions or ""):
+            await self.host.submit(EventType.CHAT_UPDATED, chat.model_copy(update={"instructions": text if text.strip() else None}))
+        self.draw_head(chat and self.store.chat(chat.id))
+        self.view.focus("#composer-text")
+
+    async def on_cancel_chat_instructions(self, data: dict[str, Any]) -> None:
+        self.instructing = None
+        self.draw_head(self._open())
+
     # --- deleting --------------------------------------------------------------------------------
 
     async def on_delete_chat(self, data: dict[str, Any]) -> None:
-        self.deleting, self.renaming = str(data["id"]), None
+        self.deleting, self.renaming, self.instructing = str(data["id"]), None, None
         self.draw_head(self.store.chat(self.deleting))
         self.view.focus("[data-action=cancel-delete-chat]")
 

@@ -24,6 +24,9 @@ REPLY_STATE = {
     "failed_upstream": "The assistant could not answer.",
     "cancelled": "Stopped.",
 }
+CUT = "Cut at the length limit."  # an answer that ended by ``length``
+QUEUED = "Queued: sent when the answer ends"  # a follow-up written while an answer is written
+QUEUE_PAUSED = "Queued: waiting"  # (the answer before it was stopped or failed: Send now, below, sends it)
 # What a change not yet on the server says, by its outbox status.
 DELIVERY_STATE = {
     "saving": "Saving on this device…",  # (committed, not durable yet: for a moment, if ever shown)
@@ -48,6 +51,8 @@ class Item:
     # device: shared/assistants.py, ModelAssistant); a server's run says it in ``run``.
     reason: str | None = None
     files_html: str = ""  # its attachments (webapp/files.py: message_files)
+    paused: bool = False  # a queued follow-up whose queue waits (a Stop or a failure before it)
+    expanded: bool = False  # its "Instructions used" are shown
 
 
 def failure_reasons(rows: dict[str, Message]) -> dict[str, Message]:
@@ -87,8 +92,23 @@ def message_item(item: Item) -> str:
         f'<li class="{" ".join(classes)}" id="{key}" data-state="{state}">'
         f'<div class="bubble">{item.files_html}<div class="content">{_content(item)}</div></div>'
         f"{state_html}"
-        f'<div class="meta">{_branches(item.step)}{_tools(item, state)}{_usage(item.run)}</div></li>'
+        f'<div class="meta">{_branches(item.step)}{_tools(item, state)}{_usage(message, item.run)}</div>'
+        f"{_instructions(item)}</li>"
     )
+
+
+def _instructions(item: Item) -> str:
+    """Under an answer: **Instructions used** (the system message it was given), shown when asked."""
+    message = item.message
+    if message.role != "assistant" or not message.instructions or item.rejection is not None:
+        return ""
+    expanded = "true" if item.expanded else "false"
+    button = (
+        f'<button type="button" class="link used" data-action="show-instructions" data-id="{message.id}" '
+        f'aria-expanded="{expanded}" aria-controls="i-{message.id}">Instructions used</button>'
+    )
+    shown = f'<pre class="instructions" id="i-{message.id}">{escape(message.instructions)}</pre>' if item.expanded else ""
+    return f'<div class="used-box">{button}{shown}</div>'
 
 
 def _content(item: Item) -> str:
@@ -108,6 +128,14 @@ def _state(item: Item) -> tuple[str, str, str]:
         event_id = item.rejection.event.event_id
         resend = _text_button("resend", event_id, "Edit and resend") if message.role == "user" else ""
         return "rejected", f"Not accepted: {item.rejection.error}", resend + _text_button("discard", event_id, "Discard")
+    if message.is_queued_follow_up:
+        actions = _text_button("edit-message", message.id, "Edit") + _text_button("remove-message", message.id, "Remove")
+        text = QUEUE_PAUSED if item.paused else QUEUED
+        if item.delivery is not None:  # (not on the server yet: said, as for any message)
+            text += f" · {DELIVERY_STATE[item.delivery.status]}"
+        return "queued", text, actions
+    if message.role == "assistant" and message.status == "completed" and message.finish_reason == "length":
+        return "cut", CUT, _text_button("continue-run", message.id, "Continue")
     if message.role == "assistant" and message.status != "completed":
         text = REPLY_STATE[message.status]
         reason = item.run.error if item.run is not None and item.run.error else item.reason
@@ -118,7 +146,8 @@ def _state(item: Item) -> tuple[str, str, str]:
             text = DELIVERY_STATE["saving"] if saving else "Saved on this device: the assistant is asked once the server can be reached."
         if message.status in UNFINISHED:
             return message.status, text, _text_button("stop-run", message.id, "Stop")
-        return message.status, text, _text_button("retry-run", message.id, "Retry")
+        go_on = _text_button("continue-run", message.id, "Continue") if message.status == "cancelled" and message.assistant_id else ""
+        return message.status, text, go_on + _text_button("retry-run", message.id, "Retry")
     if item.delivery is not None:
         text = DELIVERY_STATE[item.delivery.status]
         if item.delivery.status == "failed":
@@ -137,6 +166,8 @@ def _tools(item: Item, state: str) -> str:
         return ""
     message = item.message
     buttons = [icon_button("copy", message.id, "Copy", "copy")]
+    if message.is_queued_follow_up:
+        return ""  # (its Edit and Remove are in words, beside "Queued")
     if message.role == "user":
         buttons.append(icon_button("edit-message", message.id, "Edit", "edit"))
         remove = "Withdraw" if state in ("saving", "pending") else "Delete"
@@ -166,7 +197,16 @@ def _branches(step: Step | None) -> str:
     )
 
 
-def _usage(info: RunSummary | None) -> str:
+def _usage(message: Message, info: RunSummary | None) -> str:
+    """What the answer cost: from its final event (every device has it with no request), else, for
+    an answer older than that field, as GET /runs said."""
+    if message.usage is not None:
+        used = message.usage
+        if used.prompt_tokens == 0 and message.finish_reason in ("cancelled", "failed"):  # (ended before the service said)
+            return f'<span class="usage">about {used.completion_tokens} tokens (counted: the service did not say)</span>'
+        about = "about " if used.estimated else ""
+        estimated = " (estimated)" if used.estimated else ""
+        return f'<span class="usage">{about}{used.prompt_tokens} + {used.completion_tokens} tokens{estimated}</span>'
     if info is None or info.completion_tokens is None:
         return ""
     if info.usage_reported and info.usage_estimated:  # (the demo model's: words, counted)
@@ -184,3 +224,16 @@ def _tool_call(content: str) -> str:
         return f"Calls the {call['tool']}: {call['input']}"
     except (ValueError, KeyError, TypeError):
         return content
+
+
+QUEUE_KEY = "queue"
+
+
+def queue_bar(count: int) -> str:
+    """Under a chat's queued follow-ups, while the queue waits (the answer before them was stopped
+    or failed): how many, **Send now** (the first) and **Clear** (all)."""
+    return (
+        f'<li class="queue-bar" id="{QUEUE_KEY}" role="status"><span>{count} queued — </span>'
+        '<button type="button" class="act" data-action="send-queued-now">Send now</button>'
+        '<button type="button" class="act" data-action="clear-queue">Clear</button></li>'
+    )

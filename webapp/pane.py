@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from shared.followups import queue_state
 from shared.models import ENDED, Message, RunRequest, RunSummary
 from shared.thread import Step
 from webapp import message_html
 from webapp.markdown import StreamRenderer
 from webapp.outbox import Delivery, Rejection
+from webapp.overlay import is_pending
 from webapp.store import LocalStore
 
 WINDOW = 40  # messages drawn when a chat opens; "Show earlier messages" adds as many again
@@ -69,6 +71,8 @@ class MessagePane:
         self._delivery: dict[str, Delivery] = {}
         self._dirty: set[str] = set()
         self._frame_asked = False
+        self.expanded: set[str] = set()  # answers whose "Instructions used" are shown
+        self._paused = False  # the open chat's queue waits for Send now (a Stop or a failure)
 
     def path(self) -> list[Step]:
         """The open chat's shown path, as the database says now."""
@@ -120,6 +124,7 @@ class MessagePane:
                 order.append(message_html.item_key(step.id))
                 self._patch(rows[step.id], changed, streams)
         if self.chat_id is not None:
+            self._draw_queue(order, changed)
             for rejection in self._rejections(self.store.rejected(self.chat_id)):
                 key, html = message_html.rejection_key(rejection), self._rejection_html(rejection)
                 order.append(key)
@@ -132,6 +137,31 @@ class MessagePane:
         self._renderers = {i: r for i, r in self._renderers.items() if message_html.item_key(i) in self._streamed}
         self._order = order
         self.view.patch_messages(order, changed, opened, len(path) > len(shown), streams)
+
+    def _draw_queue(self, order: list[str], changed: dict[str, str]) -> None:
+        """The follow-ups queued in the open chat, in the order they go, under its last answer;
+        and while the queue waits, how many and Send now / Clear."""
+        assert self.chat_id is not None
+        queued = self.store.queued(self.chat_id)
+        self._paused = bool(queued) and queue_state(self.store.queue_rows(self.chat_id)) == "paused"
+        for message in queued:
+            key = message_html.item_key(message.id)
+            order.append(key)
+            html = message_html.message_item(message_html.Item(
+                message=message, delivery=self._delivery.get(message.id), files_html=self._files_of(message), paused=self._paused,
+            ))  # fmt: skip
+            if self._drawn.get(key) != html:
+                changed[key] = self._drawn[key] = html
+        if self._paused:
+            key, html = message_html.QUEUE_KEY, message_html.queue_bar(len(queued))
+            order.append(key)
+            if self._drawn.get(key) != html:
+                changed[key] = self._drawn[key] = html
+
+    def toggle_instructions(self, message_id: str) -> None:
+        """Show or hide an answer's "Instructions used"."""
+        self.expanded ^= {message_id}
+        self.draw()
 
     # --- streaming -----------------------------------------------------------------------------
 
@@ -181,7 +211,8 @@ class MessagePane:
         """The message's item; for a streaming reply, its item with SLOT for its content, and the
         content's kept blocks and the rest."""
         text = self.streaming.get(row.id)
-        if text is not None and (row.status in ENDED or len(row.content) >= len(text)):
+        ended = row.status in ENDED and not is_pending(row)  # (a Stop of ours ends it only once the server says so)
+        if text is not None and (ended or len(row.content) >= len(text)):
             del self.streaming[row.id]  # the log caught up with (or ended) the stream: its text wins
             text = None
         live = text if text is not None else row.content if row.status == "streaming" else None
@@ -200,6 +231,7 @@ class MessagePane:
             run=self._runs.get(row.id),
             reason=reason.content if (reason := self._reasons.get(row.id)) is not None else None,
             files_html=self._files_of(row),
+            expanded=row.id in self.expanded,
         )
         return message_html.message_item(item), parts
 

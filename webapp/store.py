@@ -249,10 +249,14 @@ class LocalStore(Outbox, Snapshots, Uploads):
         row = self.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return None if row is None else Message.model_validate(dict(row))
 
-    def unfinished_local_replies(self) -> list[Message]:
-        """Replies still being written that no server run writes (a local assistant's)."""
+    def unfinished_local_replies(self, local: tuple[str, ...] = ()) -> list[Message]:
+        """Replies still being written that no server run writes: a local assistant's (with no
+        run; or, continued, by one of the ``local`` assistants, whose run no server has)."""
+        marks = ", ".join("?" for _ in local) or "NULL"
         rows = self.conn.execute(
-            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND run_id IS NULL AND role <> 'user'"
+            f"SELECT * FROM messages WHERE status IN {UNFINISHED!r} AND role <> 'user'"
+            f" AND (run_id IS NULL OR assistant_id IN ({marks}))",
+            local,
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 
@@ -277,6 +281,19 @@ class LocalStore(Outbox, Snapshots, Uploads):
         createdAt, then id)."""
         rows = self.conn.execute(
             "SELECT * FROM messages WHERE chat_id = ? AND role = 'user' AND status = 'queued' ORDER BY created_at, id", (chat_id,)
+        ).fetchall()
+        return [Message.model_validate(dict(r)) for r in rows]
+
+    def queue_rows(self, chat_id: str) -> list[Message]:
+        """What shared/followups.py's ``queue_state`` reads of a chat, and no more: its queued
+        follow-ups, the replies still being written and the latest reply (a chat's whole history
+        is not read at every redraw while something is queued)."""
+        rows = self.conn.execute(
+            f"""SELECT * FROM messages WHERE chat_id = :chat AND (
+                    (role = 'user' AND status = 'queued') OR (role = 'assistant' AND status IN {UNFINISHED!r})
+                    OR id = (SELECT id FROM messages WHERE chat_id = :chat AND role = 'assistant'
+                             ORDER BY created_at DESC, id DESC LIMIT 1))""",
+            {"chat": chat_id},
         ).fetchall()
         return [Message.model_validate(dict(r)) for r in rows]
 

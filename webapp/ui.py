@@ -8,11 +8,11 @@ composer, and what is typed in it, is never replaced.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from shared.models import Chat
+from shared.models import MAX_INSTRUCTIONS, Chat
 from webapp.overlay import is_pending
 from webapp.search import Hit
 from webapp.sync import Status
@@ -104,6 +104,7 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
   <button type="button" class="new-chat" data-action="new-chat">New chat</button>
   <input type="search" id="search" class="search" aria-label="Search" placeholder="Search (Ctrl+K)" autocomplete="off" data-search>
   <nav id="chat-list" aria-label="Chats"></nav>
+  <button type="button" class="secondary open-settings" data-action="open-settings">Settings</button>
   <details class="settings">
     <summary>Your data</summary>
     <p>Everything is kept on this device. Export works offline; an import is sent to the server
@@ -154,6 +155,10 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
     </form>
   </div>
 </section>
+<dialog class="settings-dialog" id="settings" aria-labelledby="settings-title">
+  <form method="dialog" class="dialog-close"><button class="close" aria-label="Close">×</button></form>
+  <div id="settings-body"></div>
+</dialog>
 <dialog class="image-view" id="image-view" aria-label="Image">
   <form method="dialog"><button class="close" aria-label="Close">×</button></form>
   <img id="image-view-img" alt="">
@@ -221,9 +226,10 @@ def search_results(query: str, hits: list[Hit]) -> str:
     return f'<p class="found" role="status">{count}</p><ol class="hits" aria-label="Search results">{"".join(items)}</ol>'
 
 
-def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = None) -> str:
-    """The open chat's title and what can be done with the chat: rename it (inline), export it,
-    delete it (``deleting``: its message count while the user is asked to confirm)."""
+def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = None, instructing: bool = False) -> str:
+    """The open chat's title and what can be done with the chat: rename it (inline), give it
+    instructions (``instructing``: the form is open; set, they show as a line under the title),
+    export it, delete it (``deleting``: its message count while the user is asked to confirm)."""
     bar = (
         '<button type="button" class="tool chats-toggle" data-action="toggle-chats" aria-label="Chats" aria-controls="sidebar">'
         '<svg aria-hidden="true"><use href="#i-menu"></use></svg></button>'
@@ -245,24 +251,48 @@ def chat_head(chat: Chat | None, renaming: bool = False, deleting: int | None = 
             f'<button type="button" class="danger" data-action="confirm-delete-chat" data-id="{chat.id}">Delete chat</button>'
             '<button type="button" class="secondary" data-action="cancel-delete-chat">Cancel</button></div>'
         )
+    if instructing:
+        return (
+            f'{bar}<form class="chat-instructions-form" data-action="save-chat-instructions" aria-label="Chat instructions">'
+            f'<input type="hidden" name="id" value="{chat.id}">'
+            + instructions_field("instructions", "chat-instructions-text", "Chat instructions", chat.instructions or "",
+                                 "This chat's own, after the custom instructions and the preset's.")
+            + '<div class="row"><button type="submit">Save</button>'
+            '<button type="button" class="secondary" data-action="cancel-chat-instructions">Cancel</button></div></form>'
+        )  # fmt: skip
     tools = "".join(
         icon_button(action, chat.id, label, icon)
         for action, label, icon in (
-            ("rename-chat", "Rename", "edit"), ("export-chat", "Export as Markdown", "download"),
-            ("delete-chat", "Delete chat", "delete"),
+            ("chat-instructions", "Chat instructions", "instructions"), ("rename-chat", "Rename", "edit"),
+            ("export-chat", "Export as Markdown", "download"), ("delete-chat", "Delete chat", "delete"),
         )
     )  # fmt: skip
-    return f'{bar}<h2 class="chat-title" id="chat-title">{escape(chat.title)}</h2><span class="chat-tools">{tools}</span>'
+    line = ""
+    if chat.instructions and chat.instructions.strip():
+        one_line = " ".join(chat.instructions.split())  # (cut to the header's width by CSS; whole in its title)
+        line = f'<p class="chat-instructions" title="{escape(chat.instructions)}">Instructions: {escape(one_line)}</p>'
+    title = f'<div class="chat-titles"><h2 class="chat-title" id="chat-title">{escape(chat.title)}</h2>{line}</div>'
+    return f'{bar}{title}<span class="chat-tools">{tools}</span>'
 
 
-def assistant_options(assistants: list[tuple[str, str]], chosen: str) -> str:
+PRESET = "preset:"  # the chooser's value of a preset: "preset:<id>"
+
+
+def assistant_options(assistants: list[tuple[str, str]], chosen: str, presets: Sequence[tuple[str, str]] = ()) -> str:
+    """The chooser beside Send: No answer, the assistants, then the presets (``presets``: (id,
+    name)) under a heading of their own."""
     options = [("", "No answer"), *assistants]
-    if all(value != chosen for value, _ in options):
+    values = {value for value, _ in options} | {PRESET + pid for pid, _ in presets}
+    if chosen not in values:
         options.append((chosen, chosen))  # chosen earlier, not listed by the server now
-    return "".join(
-        f'<option value="{escape(value)}"{" selected" if value == chosen else ""}>{escape(name)}</option>'
-        for value, name in options
-    )
+
+    def option(value: str, name: str) -> str:
+        return f'<option value="{escape(value)}"{" selected" if value == chosen else ""}>{escape(name)}</option>'
+
+    html = "".join(option(value, name) for value, name in options)
+    if presets:
+        html += '<optgroup label="Presets">' + "".join(option(PRESET + pid, name) for pid, name in presets) + "</optgroup>"
+    return html
 
 
 def editing_note(branching: bool, correcting: bool = False) -> str:
@@ -280,4 +310,20 @@ def icon_button(action: str, target_id: str, label: str, icon: str) -> str:
     return (
         f'<button type="button" class="tool" data-action="{action}" data-id="{target_id}" '
         f'aria-label="{label}" title="{label}"><svg aria-hidden="true"><use href="#i-{icon}"></use></svg></button>'
+    )
+
+
+def counter(length: int, counter_id: str) -> str:
+    return f'<span class="counter" id="{counter_id}">{length:,} / {MAX_INSTRUCTIONS:,}</span>'
+
+
+def instructions_field(name: str, field_id: str, label: str, text: str, hint: str = "") -> str:
+    """A textarea of instructions with its label and a live count (static/app.js keeps it)."""
+    count_id = f"{field_id}-count"
+    described = f' aria-describedby="{count_id}"'
+    hint_html = f'<span class="hint">{escape(hint)}</span>' if hint else ""
+    return (
+        f'<label for="{field_id}">{escape(label)}</label>{hint_html}'
+        f'<textarea name="{name}" id="{field_id}" rows="4" maxlength="{MAX_INSTRUCTIONS}" data-count="{count_id}"{described}>'
+        f"{escape(text)}</textarea>{counter(len(text), count_id)}"
     )

@@ -40,6 +40,7 @@ class FakePage:
     remembered: tuple[str, str] | None = None  # whose screen the render cache keeps: (account, layout)
     painted: str | None = None  # the chat the painted render cache shows, as the page answers cached()
     asked_cached: list[tuple[str, str]] = field(default_factory=list)  # (account, layout) of each cached()
+    dialog: str = ""  # the dialog last opened
 
     # --- the View protocol -----------------------------------------------------------------------
 
@@ -101,6 +102,9 @@ class FakePage:
 
     def download(self, filename: str, mime: str, text: str) -> None:
         self.downloads.append((filename, mime, text))
+
+    def show_dialog(self, dialog_id: str) -> None:
+        self.dialog = dialog_id
 
     def remember(self, account_id: str | None, layout: str) -> None:
         self.remembered = None if account_id is None else (account_id, layout)

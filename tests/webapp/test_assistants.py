@@ -201,19 +201,25 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
         client.engine.status = Status.ONLINE
         await client.dispatch("new-chat", {})
         await client.dispatch("send", {"text": "hello", "assistant": "demo"})
-        await client.dispatch("send", {"text": "and you?", "assistant": "nobody"})  # a server without it
 
-        for _ in range(200):
-            await device.sync()
-            client.redraw()
-            await asyncio.sleep(0.02)
-            if "tokens" in view.messages and "no assistant" in view.messages:
-                break
-        shown = view.messages
+        async def shows(text: str) -> str:
+            for _ in range(200):
+                await device.sync()
+                client.redraw()
+                if text in view.messages:
+                    break
+                await asyncio.sleep(0.02)
+            return view.messages
+
+        await shows("tokens")  # (the answer has ended: a message sent now is not queued behind it)
+        await client.dispatch("send", {"text": "and you?", "assistant": "nobody"})  # a server without it
+        shown = await shows("no assistant")
         assert "The assistant could not answer: there is no assistant &#x27;nobody&#x27; on this server." in shown
-        demo_usage = [i for i in client.store.run_infos(client.selected or "").values() if i.assistant_id == "demo"]
-        assert [(i.usage_reported, i.usage_estimated) for i in demo_usage] == [(True, True)]  # (it counts words)
-        assert f"about {demo_usage[0].prompt_tokens} + {demo_usage[0].completion_tokens} tokens (estimated)" in shown
+        # What it cost is in the answer's final event: shown with no request for it.
+        [answer] = [m for m in client.store.messages(client.selected or "") if m.assistant_id == "demo"]
+        assert answer.usage is not None and answer.usage.estimated and answer.finish_reason == "stop"  # (it counts words)
+        assert f"about {answer.usage.prompt_tokens} + {answer.usage.completion_tokens} tokens (estimated)" in shown
+        assert client.store.run_infos(client.selected or "") == {}  # (GET /runs is not asked)
 
 
 class UnreachableModel:
