@@ -454,6 +454,10 @@ class Client:
             self._show_auth(ui.session_ended(attempt.username, str(e)) if resuming else ui.auth_form(str(e)))
             return
         same = previous is not None and previous.user_id == session.user_id
+        if previous is not None and not same:
+            # Another account replaces this device's copy: the files of the one before go first
+            # (a crash between the two leaves no file of theirs under the new account).
+            await self.files.clear()
         await self.store.set_account(Account(session.user_id, session.device_id, attempt.username))
         if same and resuming:  # the same chat, as it was: only the sync starts again
             self.view.set_html("session", "")
@@ -484,8 +488,7 @@ class Client:
             note = "The server could not be reached: this device is signed out, but the session ends on the server only when it expires."
         if data.get("remove"):
             await self.store.forget_account()
-            if self.s.files is not None:
-                await self.s.files.clear()
+            await self.files.clear()
         else:
             await self.store.mark_signed_out()
         self.selected, self.editing = None, None

@@ -108,6 +108,13 @@ class Files:
         return Attachment(sha256=sha256, name=name[:255] or "file", mime=mime[:255] or "application/octet-stream",
                           size=size, width=width, height=height)  # fmt: skip
 
+    async def clear(self) -> None:
+        """Remove every file kept on this device (its account's copy is being removed or
+        replaced by another account's), and forget what was shown of them."""
+        if self.host is not None:
+            await self.host.clear()
+        self.shown.clear()
+
     def show(self, sha256: str) -> Shown:
         """What to draw for the file now; asks the page for it the first time (drawn again when
         it answers)."""

@@ -300,3 +300,35 @@ async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_upl
         assert received[digest] == len(disk.kept[digest])  # every byte once
     assert set(received) <= sent
     client.store.close()
+
+
+@pytest.mark.parametrize("how", ["another account signs in", "signed out, kept, another signs in", "signed out and removed"])
+async def test_the_files_of_an_account_leave_the_device_on_every_path_that_replaces_or_removes_it(
+    tmp_path: Path, how: str
+) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "a cat", "chat": client.selected, "assistant": ""})
+    assert set(disk.kept) == {sha(PNG)} and client.files.shown
+    if how == "signed out and removed":
+        await client.dispatch("confirm-signout", {"remove": True})
+    else:
+        if how.startswith("signed out"):
+            await client.dispatch("confirm-signout", {})
+            assert set(disk.kept) == {sha(PNG)}  # (kept for ann's next sign-in)
+        await client.dispatch("signin", {"username": "bob", "password": "right one"})
+        if client._signin is not None:  # (ann's unsent message: given up when asked)
+            await client.dispatch("confirm-replace-account", {})
+        assert client.store.account().username == "bob"  # type: ignore[union-attr]
+    assert disk.kept == {} and client.files.shown == {}
+
+
+async def test_the_same_account_signing_in_again_keeps_its_files(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("confirm-signout", {})
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert set(disk.kept) == {sha(PNG)} and [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
