@@ -337,7 +337,7 @@ function wireEvents() {
     if (e.target.matches("input[data-import]") && e.target.files.length) {
       const file = e.target.files[0];
       e.target.value = "";
-      send("import", { name: file.name, text: await file.text() });
+      send("import", { name: file.name, ...(await attachments.readExport(file)) });
     }
   });
   document.addEventListener("input", (e) => {

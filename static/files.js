@@ -5,6 +5,11 @@
 // a file another device sent is fetched from the server once and kept here, so it stays viewable
 // offline. A Blob in IndexedDB is stored by the browser on disk, not in the page's memory.
 //
+// "Export everything" with files is a tar made here from the Blobs in IndexedDB (never read into
+// memory), the same format as `python -m server export --with-files`: `chat-export.json`, then
+// `files/<sha256>` per file; an import of such a tar holds its files (slices of the tar) under
+// tokens, as if picked, for Python to hash, keep and queue for upload.
+//
 // An image is kept with a small thumbnail beside it (at most THUMB_PIXELS on its longer side,
 // made once when it is kept): the chat and the composer show the thumbnail, the dialog the image.
 
@@ -171,4 +176,76 @@ export async function clearAll() {
   for (const url of [...urls.values(), ...fullUrls.values()]) URL.revokeObjectURL(url);
   urls.clear();
   fullUrls.clear();
+}
+
+// --- exports with files (the tar of `python -m server export --with-files`) ---------------------
+
+const EXPORT_MEMBER = "chat-export.json";
+const FILES = "files/";
+
+function tarHeader(name, size, mtime) {
+  const header = new Uint8Array(512);
+  const put = (text, start) => header.set(new TextEncoder().encode(text), start);
+  const octal = (value, width) => value.toString(8).padStart(width - 1, "0") + "\0";
+  put(name, 0);
+  put(octal(0o644, 8), 100);
+  put(octal(0, 8), 108);
+  put(octal(0, 8), 116);
+  put(octal(size, 12), 124);
+  put(octal(mtime, 12), 136);
+  put("        ", 148); // (the checksum counts its own field as spaces)
+  header[156] = 48; // "0": a regular file
+  put("ustar\0" + "00", 257);
+  put(octal(header.reduce((sum, byte) => sum + byte, 0), 7) + " ", 148);
+  return header;
+}
+
+// Offer the export as a tar to save: its JSON, then each file of `digests` this device has (or
+// fetches from the server, keeping it). Returns the digests left out (on no device we can reach).
+export async function exportFile(filename, text, digests) {
+  const parts = [];
+  const mtime = Math.floor(Date.now() / 1000);
+  const add = (name, blob) => parts.push(tarHeader(name, blob.size, mtime), blob, new Uint8Array((512 - (blob.size % 512)) % 512));
+  add(EXPORT_MEMBER, new Blob([text]));
+  const left = [];
+  for (const sha256 of digests) {
+    let blob = await stored(sha256);
+    if (!blob && !(await want(sha256))[1]) blob = await stored(sha256);
+    if (blob) add(FILES + sha256, blob);
+    else left.push(sha256);
+  }
+  parts.push(new Uint8Array(1024)); // (the tar's end: two empty blocks)
+  const url = URL.createObjectURL(new Blob(parts, { type: "application/x-tar" }));
+  const link = Object.assign(document.createElement("a"), { href: url, download: filename });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  return left;
+}
+
+// A file chosen to import: {text, files}, the export's JSON and, from a tar, its files held
+// under tokens ({token, sha256, size} each: a slice of the tar, its bytes not read here).
+export async function readExport(file) {
+  const head = new Uint8Array(await file.slice(0, 512).arrayBuffer());
+  if (new TextDecoder().decode(head.subarray(257, 262)) !== "ustar") return { text: await file.text(), files: [] };
+  let text = "";
+  let longName = null; // (a pax header's path, for the member after it)
+  const files = [];
+  for (let offset = 0; offset + 512 <= file.size; ) {
+    const header = new Uint8Array(await file.slice(offset, offset + 512).arrayBuffer());
+    if (header.every((byte) => byte === 0)) break;
+    const field = (start, length) => new TextDecoder().decode(header.subarray(start, start + length)).replace(/\0[\s\S]*$/, "");
+    const prefix = field(345, 155);
+    const name = longName ?? (prefix ? `${prefix}/${field(0, 100)}` : field(0, 100));
+    const size = parseInt(field(124, 12).trim() || "0", 8);
+    const type = header[156] ? String.fromCharCode(header[156]) : "0";
+    const body = file.slice(offset + 512, offset + 512 + size);
+    longName = null;
+    if (type === "x") longName = / path=([^\n]*)\n/.exec(await body.text())?.[1] ?? null;
+    else if (type === "0" && name === EXPORT_MEMBER) text = await body.text();
+    else if (type === "0" && name.startsWith(FILES)) files.push({ token: hold(body).token, sha256: name.slice(FILES.length), size });
+    offset += 512 + Math.ceil(size / 512) * 512;
+  }
+  return { text, files };
 }

@@ -19,6 +19,7 @@ from shared.assistants import Assistant, Model, RunInput, failure_message
 from shared.models import (
     ENDED,
     UNFINISHED,
+    Attachment,
     Chat,
     DeltaFrame,
     DomainEvent,
@@ -173,6 +174,7 @@ class Client:
         self.chats = Chats(self.store, self.view, ChatsHost(
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
             kick=self.engine.kick, now=services.now, local_now=services.local_now,
+            export_files=self._export_files, restore_files=self._restore_files,
         ))  # fmt: skip
         self.choice = AssistantChoice(
             self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files
@@ -365,6 +367,36 @@ class Client:
         self._refused.pop(chat_id, None)
         self._draw_composer_files()
         self.chats.draw_list()
+
+    async def _export_files(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        if self.s.files is None:
+            return digests
+        return await self.s.files.export(filename, text, digests)
+
+    async def _restore_files(self, held: list[dict[str, Any]], messages: list[Message]) -> int:
+        """The files of an imported tar (held by the page, each named by its digest): those the
+        imported messages name are kept on this device, before the messages are, hashed again
+        (a file whose bytes are not its name is left out), and queued for upload; how many."""
+        named = {a.sha256: a for m in messages for a in m.attachments}
+        kept: list[Attachment] = []
+        for item in held:
+            token, digest = str(item["token"]), str(item["sha256"])
+            reference = named.get(digest)
+            if reference is None or self.s.files is None:
+                if self.s.files is not None:
+                    self.s.files.release(token)
+                continue
+            try:
+                attachment = await self.files.attach(token, reference.name, reference.mime, int(item["size"]))
+            except TooLarge:
+                continue
+            if attachment.sha256 == digest and digest not in {k.sha256 for k in kept}:
+                kept.append(reference)
+        if kept:
+            await self.store.enqueue_uploads(kept)
+            if self.uploads is not None:
+                self.uploads.kick()
+        return len(kept)
 
     async def _on_retry_upload(self, data: dict[str, Any]) -> None:
         if await self.store.retry_upload(str(data["sha256"])) and self.uploads is not None:

@@ -333,6 +333,9 @@ class PageFiles:
         url, why = (str(v) for v in await js.chatFiles.want(sha256))
         return url or None, why or None
 
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        return [str(d) for d in await js.chatFiles.exportFile(filename, text, to_js(digests))]
+
 
 class PageBlobs:
     """The upload engine's bytes (webapp/uploads.py: BlobSource), from the page's IndexedDB."""

@@ -64,6 +64,11 @@ class FilesHost(Protocol):
         device does not have it), or None and why: "missing" (the server does not have it) or
         "offline"."""
 
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        """Offer an export with files to save: a tar of ``text`` (``chat-export.json``) and the
+        files named (``files/<sha256>``), as ``python -m server export --with-files`` writes it,
+        each from this device, or fetched from the server and kept; the digests left out."""
+
 
 @dataclass(frozen=True)
 class Shown:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import os
+import tarfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from hypothesis import strategies as st
 from quart import Quart
 
 from server.app import create_app
+from server.transfer import EXPORT_MEMBER, _read_tar
+from server.transfer import FILES as FILES_MEMBERS
 from shared.ids import Uuid7Generator
 from tests.waiting import until
 from tests.webapp.inprocess import InProcessTransport
@@ -44,6 +48,7 @@ class Disk:
         self.held: dict[str, tuple[bytes, str]] = {}
         self.kept: dict[str, bytes] = {}
         self.sliced = 0  # the most bytes asked for at once
+        self.exported: tuple[str, bytes] | None = None
 
     def hold(self, data: bytes, mime: str) -> str:
         token = f"held-{len(self.held)}"
@@ -71,6 +76,22 @@ class Disk:
 
     async def want(self, sha256: str) -> tuple[str | None, str | None]:
         return (f"blob:kept/{sha256}", None) if sha256 in self.kept else (None, "offline")
+
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        """As the page does: a tar of the JSON and the files kept here (the CLI's format)."""
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in [(EXPORT_MEMBER, text.encode())] + [(FILES_MEMBERS + d, self.kept[d]) for d in digests if d in self.kept]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        self.exported = (filename, out.getvalue())
+        return [d for d in digests if d not in self.kept]
+
+    def hold_export(self, raw: bytes) -> tuple[str, list[dict[str, object]]]:
+        """As the page does with a tar chosen to import: its JSON, and its files held."""
+        text, files = _read_tar(raw)
+        return text.decode(), [{"token": self.hold(data, ""), "sha256": d, "size": len(data)} for d, data in files.items()]
 
     async def size(self, sha256: str) -> int | None:
         data = self.kept.get(sha256)
@@ -332,3 +353,37 @@ async def test_the_same_account_signing_in_again_keeps_its_files(tmp_path: Path)
     await client.dispatch("confirm-signout", {})
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     assert set(disk.kept) == {sha(PNG)} and [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
+
+
+async def test_export_everything_carries_the_files_and_an_import_keeps_and_queues_those_its_messages_name(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "ann.db", disk)
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "a cat", "chat": client.selected, "assistant": ""})
+    await client.dispatch("export-all", {})
+    assert disk.exported is not None and page.regions["data-note"] == "Exported with 1 file."
+    filename, raw = disk.exported
+    assert filename == f"chats-{T[:10]}.tar"
+    text, files = _read_tar(raw)  # (what `python -m server import` reads)
+    assert files == {sha(PNG): PNG} and "cat.png" in text.decode()
+
+    other = Disk()
+    client, page = await signed_in(tmp_path / "bob.db", other)
+    text_of, held = other.hold_export(raw)
+    stray = other.hold(b"no message names this", "")
+    held.append({"token": stray, "sha256": sha(b"no message names this"), "size": 21})
+    await client.dispatch("import", {"name": "chats.tar", "text": text_of, "files": held})
+    assert page.regions["data-note"] == "Imported 1 chat and 1 messages, 1 file (0 already on this device)."
+    assert set(other.kept) == {sha(PNG)} and not other.held  # kept (the stray let go), none held
+    assert client.store.upload_state(sha(PNG)).sentence == "Waiting for the connection"  # type: ignore[union-attr]
+    [message] = [m for m in client.store.all_messages() if m.content == "a cat"]
+    assert [a.sha256 for a in message.attachments] == [sha(PNG)]
+
+
+async def test_export_everything_without_files_is_the_json(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "ann.db", disk)
+    await client.dispatch("send", {"text": "no files", "chat": client.selected, "assistant": ""})
+    await client.dispatch("export-all", {})
+    [(filename, mime, text)] = page.downloads
+    assert filename.endswith(".json") and mime == "application/json" and '"no files"' in text and disk.exported is None
