@@ -16,7 +16,8 @@
 const DB_NAME = "chat-attachments";
 const THUMB_PIXELS = 480; // (shown at up to 240 CSS pixels: sharp at 2 device pixels to one)
 const held = new Map(); // token -> File
-const sizes = new Map(); // token -> [width, height] of a held image, once decoded
+const pictures = new Map(); // token -> a held image's size and thumbnail (a promise: decoded meanwhile)
+const previews = new Map(); // token -> object URL of the held file, shown before it is hashed
 const urls = new Map(); // sha256 -> object URL of what the page shows of it (one for the page's life)
 let heldCount = 0;
 
@@ -89,38 +90,56 @@ function shownUrl(sha256, found) {
 }
 
 // A File from the picker, a drop or a paste: held until Python has kept it (release).
+// An image starts decoding at once (off the page's thread), beside Python's hashing.
 export function hold(file) {
   const token = `f${++heldCount}`;
   held.set(token, file);
+  if (file.type.startsWith("image/")) pictures.set(token, pictured(file).catch(() => null));
   return { token, name: file.name || "pasted", type: file.type, size: file.size };
+}
+
+export function previewUrl(token) {
+  if (!previews.has(token)) previews.set(token, URL.createObjectURL(held.get(token)));
+  return previews.get(token);
 }
 
 export async function slice(token, start, end) {
   return new Uint8Array(await held.get(token).slice(start, end).arrayBuffer());
 }
 
+// The file, durably; an image's thumbnail follows when it is made (the page shows the held file
+// until a reload: the thumbnail is for later).
 export async function keep(token, sha256) {
   const file = held.get(token);
   const blob = new Blob([file], { type: file.type });
-  const image = await pictured(blob).catch(() => null);
-  if (image) sizes.set(token, image.size);
-  await put(sha256, blob, image?.thumb ?? null, "strict");
-  if (image?.thumb && !urls.has(sha256)) urls.set(sha256, URL.createObjectURL(image.thumb));
+  await put(sha256, blob, null, "strict");
+  pictures.get(token)?.then((image) => image?.thumb && addThumb(sha256, image.thumb)).catch(() => {});
+}
+
+async function addThumb(sha256, thumb) {
+  const db = await database();
+  const tx = db.transaction(["files"], "readwrite", { durability: "relaxed" });
+  const store = tx.objectStore("files");
+  const found = await request(store.get(sha256));
+  if (found && !found.thumb) store.put({ ...found, thumb }, sha256); // (gone: cleared meanwhile)
 }
 
 // A held image's width and height ([] when it is not an image this browser decodes).
 export async function imageSize(token) {
-  return sizes.get(token) ?? [];
+  return (await pictures.get(token))?.size ?? [];
 }
 
 export function heldUrl(token, sha256) {
-  if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(held.get(token)));
+  if (!urls.has(sha256)) urls.set(sha256, previewUrl(token));
   return urls.get(sha256);
 }
 
 export function release(token) {
+  const url = previews.get(token);
+  if (url && ![...urls.values()].includes(url)) URL.revokeObjectURL(url);
   held.delete(token);
-  sizes.delete(token);
+  pictures.delete(token);
+  previews.delete(token);
 }
 
 // For the upload engine: the stored file's size (-1: not on this device), and its bytes.

@@ -35,7 +35,7 @@ from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import AssistantChoice
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
-from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, any_image, composer_files, message_files
+from webapp.files import MAX_FILES, Files, FilesHost, Held, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
@@ -170,6 +170,8 @@ class Client:
         )
         self._uploads_task: asyncio.Task[None] | None = None
         self._refused: dict[str, list[str]] = {}  # chat -> files not attached, and why (until the next attach)
+        self._attaching: dict[str, list[Held]] = {}  # chat -> files being hashed and kept, shown meanwhile
+        self._attaches: dict[str, set[asyncio.Future[None]]] = {}  # chat -> its attaches under way
         self.pane = MessagePane(self.store, self.view, services.schedule_frame, self._message_files)
         self.chats = Chats(self.store, self.view, ChatsHost(
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
@@ -321,9 +323,10 @@ class Client:
     def _draw_composer_files(self) -> None:
         chat_id = self.selected or ""
         attached = [] if self.editing is not None else self.store.draft_files(chat_id)
+        attaching = [] if self.editing is not None else self._attaching.get(chat_id, [])
         refused = self._refused.get(chat_id, [])
         note = self.choice.image_note() if any_image(attached) else None  # (looked up only when needed: uploads redraw this)
-        self.view.set_html("composer-files", composer_files(attached, self.files, refused, note))
+        self.view.set_html("composer-files", composer_files(attached, self.files, refused, note, attaching))
 
     def _files_changed(self) -> None:
         """A file's upload moved on, or the page can show a file now."""
@@ -342,24 +345,46 @@ class Client:
         chat_id = str(data.get("chat", self.selected or ""))
         refused: list[str] = []
         have = len(self.store.draft_files(chat_id))
-        for held in data.get("files", []):
-            token, name = str(held["token"]), str(held.get("name", ""))
-            if have >= MAX_FILES:
-                assert self.s.files is not None
-                self.s.files.release(token)
-                refused.append(f"{name} is not attached: a message takes at most {MAX_FILES} files.")
-                continue
-            try:
-                attachment = await self.files.attach(token, name, str(held.get("type", "")), int(held["size"]))
-            except TooLarge as e:
-                refused.append(str(e))
-                continue
-            await self.store.add_draft_file(chat_id, attachment)
-            have += 1
+        # Shown at once, from the held files (name, size, an image as it is), until each is
+        # hashed and kept; a Send meanwhile waits for them (``_attached``).
+        pending = [self.files.pending(str(h["token"]), str(h.get("name", "")), str(h.get("type", "")), int(h["size"]))
+                   for h in data.get("files", [])]  # fmt: skip
+        attaching = self._attaching.setdefault(chat_id, [])
+        attaching += pending
+        done = asyncio.get_running_loop().create_future()
+        self._attaches.setdefault(chat_id, set()).add(done)
+        if chat_id == (self.selected or ""):
+            self._draw_composer_files()
+        try:
+            for held in pending:
+                if have >= MAX_FILES:
+                    self.files.let_go(held)
+                    refused.append(f"{held.name} is not attached: a message takes at most {MAX_FILES} files.")
+                    continue
+                try:
+                    attachment = await self.files.attach(held.token, held.name, held.mime, held.size)
+                except TooLarge as e:
+                    refused.append(str(e))
+                    continue
+                finally:
+                    attaching.remove(held)
+                await self.store.add_draft_file(chat_id, attachment)
+                have += 1
+        finally:
+            for held in pending:
+                if held in attaching:
+                    attaching.remove(held)
+            self._attaches[chat_id].discard(done)
+            done.set_result(None)
         self._refused[chat_id] = refused
         if chat_id == (self.selected or ""):
             self._draw_composer_files()
         self.chats.draw_list()  # (its Draft marks)
+
+    async def _attached(self, chat_id: str) -> None:
+        """Until the files being attached in the chat's composer are in its draft (or refused)."""
+        while self._attaches.get(chat_id):
+            await asyncio.wait(set(self._attaches[chat_id]))
 
     async def _on_remove_file(self, data: dict[str, Any]) -> None:
         chat_id = self.selected or ""
@@ -588,6 +613,9 @@ class Client:
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if self.store.message(message_id) is not None:
             return  # saved already
+        await self._attached(draft_of)  # (a file attached just before Send goes with it)
+        if self.store.message(message_id) is not None:
+            return
         attached = tuple(self.store.draft_files(draft_of))
         if not text and not attached:
             return

@@ -323,6 +323,9 @@ class PageFiles:
     def held_url(self, token: str, sha256: str) -> str:
         return str(js.chatFiles.heldUrl(token, sha256))
 
+    def preview_url(self, token: str) -> str:
+        return str(js.chatFiles.previewUrl(token))
+
     def release(self, token: str) -> None:
         js.chatFiles.release(token)
 

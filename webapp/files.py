@@ -53,6 +53,10 @@ class FilesHost(Protocol):
     def held_url(self, token: str, sha256: str) -> str:
         """An object URL of the held file (for its chip and its message)."""
 
+    def preview_url(self, token: str) -> str:
+        """An object URL of the held file before it is hashed (the same one ``held_url`` gives
+        then): its chip shows at once."""
+
     def release(self, token: str) -> None:
         """The page may let go of the held file."""
 
@@ -78,6 +82,18 @@ class Shown:
     note: str | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class Held:
+    """A file the page holds, being hashed and kept: its chip shows meanwhile (an image from
+    ``url``, the held file itself)."""
+
+    token: str
+    name: str
+    mime: str
+    size: int
+    url: str | None
+
+
 class TooLarge(Exception):
     pass
 
@@ -91,6 +107,15 @@ class Files:
         self.shown: dict[str, Shown] = {}
         self._wanted: set[str] = set()
         self.max_file_bytes = DEFAULT_MAX_FILE_BYTES
+
+    def pending(self, token: str, name: str, mime: str, size: int) -> Held:
+        """A file just picked, dropped or pasted, as its chip shows it until it is attached."""
+        url = self.host.preview_url(token) if self.host is not None and mime.startswith("image/") else None
+        return Held(token, name[:255] or "file", mime, size, url)
+
+    def let_go(self, held: Held) -> None:
+        if self.host is not None:
+            self.host.release(held.token)
 
     async def attach(self, token: str, name: str, mime: str, size: int) -> Attachment:
         """Hash the held file, keep it in IndexedDB, and return its reference. Raises TooLarge
@@ -180,10 +205,13 @@ def _picture(attachment: Attachment, shown: Shown) -> str:
     return f'<img alt="{name}"{size}{src}>'
 
 
-def composer_files(attachments: list[Attachment], files: Files, refused: list[str], image_note: str | None = None) -> str:
-    """The chips of the files attached in the composer, each with Remove NAME; the files
-    refused, each with why; and, when there are images, ``image_note`` (why the chosen assistant
-    will not see them), before anything is sent."""
+def composer_files(
+    attachments: list[Attachment], files: Files, refused: list[str], image_note: str | None = None, attaching: list[Held] | None = None
+) -> str:
+    """The chips of the files attached in the composer, each with Remove NAME; those still being
+    attached (``attaching``: hashed and kept), shown as they are meanwhile; the files refused,
+    each with why; and, when there are images, ``image_note`` (why the chosen assistant will not
+    see them), before anything is sent."""
     chips = []
     for a in attachments:
         shown = files.show(a.sha256)
@@ -192,6 +220,14 @@ def composer_files(attachments: list[Attachment], files: Files, refused: list[st
             f'<li class="chip">{thumb}<span class="name">{escape(a.name)}</span> <span class="size">{size_text(a.size)}</span>'
             f'<button type="button" class="remove" data-action="remove-file" data-sha256="{a.sha256}" '
             f'aria-label="Remove {escape(a.name)}" title="Remove">×</button></li>'
+        )
+    for held in attaching or []:
+        name = escape(held.name)
+        src = f' src="{escape(held.url)}"' if held.url else ""
+        thumb = f'<span class="thumb"><img alt="{name}"{src}></span>' if held.url else ""
+        chips.append(
+            f'<li class="chip attaching">{thumb}<span class="name">{name}</span> <span class="size">{size_text(held.size)}</span>'
+            f' <span class="note">Attaching…</span></li>'
         )
     chips += [f'<li class="chip refused" role="alert">{escape(reason)}</li>' for reason in refused]
     if image_note and any_image(attachments):

@@ -68,6 +68,9 @@ class Disk:
     def held_url(self, token: str, sha256: str) -> str:
         return f"blob:held/{sha256}"
 
+    def preview_url(self, token: str) -> str:
+        return f"blob:preview/{token}"
+
     def release(self, token: str) -> None:
         self.held.pop(token, None)
 
@@ -387,3 +390,37 @@ async def test_export_everything_without_files_is_the_json(tmp_path: Path) -> No
     await client.dispatch("export-all", {})
     [(filename, mime, text)] = page.downloads
     assert filename.endswith(".json") and mime == "application/json" and '"no files"' in text and disk.exported is None
+
+
+class SlowDisk(Disk):
+    """A page whose IndexedDB is slow to keep a file (until ``go`` is set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def keep(self, token: str, sha256: str) -> None:
+        await self.go.wait()
+        await super().keep(token, sha256)
+
+
+async def test_a_file_shows_at_once_while_it_is_attached_and_a_send_meanwhile_takes_it(tmp_path: Path) -> None:
+    disk = SlowDisk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    token = disk.hold(PNG, "image/png")
+    attaching = asyncio.ensure_future(
+        client.dispatch("attach", {"chat": chat, "files": [{"token": token, "name": "cat.png", "type": "image/png", "size": len(PNG)}]})
+    )
+    await until(lambda: "Attaching…" in page.regions.get("composer-files", ""))
+    chips = page.regions["composer-files"]
+    assert f'<img alt="cat.png" src="blob:preview/{token}">' in chips and "Remove cat.png" not in chips  # (not removable yet)
+    sending = asyncio.ensure_future(client.dispatch("send", {"text": "this cat", "chat": chat, "assistant": ""}))
+    await _settle()
+    assert not sending.done() and client.store.messages(chat) == []  # the send waits for the file
+    disk.go.set()
+    await attaching
+    await sending
+    [message] = client.store.messages(chat)
+    assert message.content == "this cat" and [a.name for a in message.attachments] == ["cat.png"]
+    assert client.store.draft_files(chat) == [] and "Attaching" not in page.regions["composer-files"]
