@@ -16,7 +16,8 @@
 const DB_NAME = "chat-attachments";
 const THUMB_PIXELS = 480; // (shown at up to 240 CSS pixels: sharp at 2 device pixels to one)
 const held = new Map(); // token -> File
-const pictures = new Map(); // token -> a held image's size and thumbnail (a promise: decoded meanwhile)
+const pictures = new Map(); // token -> a held image's thumbnail (a promise: decoded meanwhile)
+const sizes = new Map(); // token -> a held image's [width, height] (a promise: its header read meanwhile)
 const previews = new Map(); // token -> object URL of the held file, shown before it is hashed
 const urls = new Map(); // sha256 -> object URL of what the page shows of it (one for the page's life)
 let heldCount = 0;
@@ -94,13 +95,55 @@ function shownUrl(sha256, found) {
 export function hold(file) {
   const token = `f${++heldCount}`;
   held.set(token, file);
-  if (file.type.startsWith("image/")) pictures.set(token, pictured(file).catch(() => null));
+  if (file.type.startsWith("image/")) {
+    sizes.set(token, measured(previewUrl(token)));
+    pictures.set(token, pictured(file).catch(() => null));
+  }
   return { token, name: file.name || "pasted", type: file.type, size: file.size };
+}
+
+// An image's width and height as the page shows it (its orientation applied), known once its
+// header is read: an image element's load, which decodes no pixels. [] when it is not an image.
+function measured(url) {
+  return new Promise((resolve) => {
+    const img = new Image();
+    img.onload = () => resolve(img.naturalWidth ? [img.naturalWidth, img.naturalHeight] : []);
+    img.onerror = () => resolve([]);
+    img.src = url;
+  });
 }
 
 export function previewUrl(token) {
   if (!previews.has(token)) previews.set(token, URL.createObjectURL(held.get(token)));
   return previews.get(token);
+}
+
+// The SHA-256 of the held file, hashed in a worker (static/hash-worker.js) as it is read.
+let hasher = null;
+const hashing = new Map(); // id -> {resolve, reject}
+let hashCount = 0;
+
+export function digest(token) {
+  if (!hasher) {
+    hasher = new Worker("/static/hash-worker.js");
+    hasher.onmessage = ({ data }) => {
+      const waiting = hashing.get(data.id);
+      hashing.delete(data.id);
+      if (data.error) waiting?.reject(new Error(data.error));
+      else waiting?.resolve(data.sha256);
+    };
+    hasher.onerror = (event) => { // (the worker could not start: Python hashes instead)
+      event.preventDefault();
+      for (const waiting of hashing.values()) waiting.reject(new Error(event.message || "the hashing worker failed"));
+      hashing.clear();
+      hasher = null;
+    };
+  }
+  const id = ++hashCount;
+  return new Promise((resolve, reject) => {
+    hashing.set(id, { resolve, reject });
+    hasher.postMessage({ id, blob: held.get(token) });
+  });
 }
 
 export async function slice(token, start, end) {
@@ -126,7 +169,7 @@ async function addThumb(sha256, thumb) {
 
 // A held image's width and height ([] when it is not an image this browser decodes).
 export async function imageSize(token) {
-  return (await pictures.get(token))?.size ?? [];
+  return (await sizes.get(token)) ?? [];
 }
 
 export function heldUrl(token, sha256) {
@@ -139,6 +182,7 @@ export function release(token) {
   if (url && ![...urls.values()].includes(url)) URL.revokeObjectURL(url);
   held.delete(token);
   pictures.delete(token);
+  sizes.delete(token);
   previews.delete(token);
 }
 

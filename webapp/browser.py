@@ -310,6 +310,9 @@ class DomView:
 class PageFiles:
     """The page's side of attachments (static/files.js; webapp/files.py says who does what)."""
 
+    async def digest(self, token: str) -> str:
+        return str(await js.chatFiles.digest(token))
+
     async def slice(self, token: str, start: int, end: int) -> bytes:
         return bytes((await js.chatFiles.slice(token, start, end)).to_bytes())
 

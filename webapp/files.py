@@ -1,13 +1,15 @@
 """Attachments on this device: a file attached in the composer, and the files messages carry.
 
 A file is attached in four steps, Python deciding and the page moving the bytes (static/files.js,
-``FilesHost``): the page holds the picked, dropped or pasted ``File`` under a token; Python reads
-it a slice at a time to hash it (SHA-256: the attachment's id), so no second copy of it is ever
-in memory; the page keeps the bytes in its IndexedDB under that hash, durably, before anything
-refers to them; then the reference (``Attachment``: hash, name, type, size, an image's size in
-pixels) joins the chat's draft (webapp/store.py: draft_files), which a reload or a killed
-browser keeps. Sending the message takes the draft's files with it and queues their upload
-(webapp/uploads.py) before the message is in the outbox.
+``FilesHost``): the page holds the picked, dropped or pasted ``File`` under a token (its chip
+shows at once, ``Held``); the page hashes it in a worker, a slice at a time as it reads it
+(SHA-256: the attachment's id), so no second copy of it is ever in memory (should the worker
+fail, Python reads and hashes it a slice at a time itself); the page keeps the bytes in its
+IndexedDB under that hash, durably, before anything refers to them; then the reference
+(``Attachment``: hash, name, type, size, an image's size in pixels) joins the chat's draft
+(webapp/store.py: draft_files), which a reload or a killed browser keeps. Sending the message
+takes the draft's files with it and queues their upload (webapp/uploads.py) before the message
+is in the outbox.
 
 A file a message carries is shown from this device's IndexedDB when it has it; otherwise the
 page fetches it from the server once, and keeps it (so it stays viewable offline). ``Files``
@@ -30,7 +32,7 @@ from typing import Protocol
 from shared.models import Attachment
 from webapp.uploads import UploadState
 
-SLICE_BYTES = 1024 * 1024  # read and hashed at a time (a slice is a short task on the page)
+SLICE_BYTES = 1024 * 1024  # read and hashed at a time here, if the page cannot hash (a short task)
 DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024  # the server's default (until it has said its own)
 MAX_FILES = 32  # per message (shared/models.py: MAX_ATTACHMENTS)
 
@@ -41,8 +43,13 @@ OFFLINE = "Not on this device yet: shown once online"
 class FilesHost(Protocol):
     """The page's side (static/files.js)."""
 
+    async def digest(self, token: str) -> str:
+        """The SHA-256 (hex) of the file held under ``token``, hashed by the page off its
+        thread as it reads it (static/hash-worker.js). Raises when the page cannot."""
+
     async def slice(self, token: str, start: int, end: int) -> bytes:
-        """Bytes start..end of the file held under ``token``."""
+        """Bytes start..end of the file held under ``token`` (Python hashes it so when the page
+        cannot)."""
 
     async def keep(self, token: str, sha256: str) -> None:
         """Store the held file in IndexedDB under ``sha256``, durably."""
@@ -125,11 +132,10 @@ class Files:
         if size > self.max_file_bytes:
             host.release(token)
             raise TooLarge(f"{name} is {size_text(size)}: the largest file the server takes is {size_text(self.max_file_bytes)}.")
-        digest = hashlib.sha256()
-        for start in range(0, size, SLICE_BYTES):
-            digest.update(await host.slice(token, start, min(size, start + SLICE_BYTES)))
-            await asyncio.sleep(0)  # (the page draws between slices)
-        sha256 = digest.hexdigest()
+        try:
+            sha256 = await host.digest(token)
+        except Exception:  # (the page's worker could not: hashed here, a slice at a time)
+            sha256 = await self._hashed_here(token, size)
         await host.keep(token, sha256)
         dims = await host.image_size(token) if mime.startswith("image/") else None
         self.shown[sha256] = Shown(url=host.held_url(token, sha256))
@@ -144,6 +150,14 @@ class Files:
         if self.host is not None:
             await self.host.clear()
         self.shown.clear()
+
+    async def _hashed_here(self, token: str, size: int) -> str:
+        assert self.host is not None
+        digest = hashlib.sha256()
+        for start in range(0, size, SLICE_BYTES):
+            digest.update(await self.host.slice(token, start, min(size, start + SLICE_BYTES)))
+            await asyncio.sleep(0)  # (the page draws between slices)
+        return digest.hexdigest()
 
     def show(self, sha256: str) -> Shown:
         """What to draw for the file now; asks the page for it the first time (drawn again when

@@ -47,13 +47,19 @@ class Disk:
     def __init__(self) -> None:
         self.held: dict[str, tuple[bytes, str]] = {}
         self.kept: dict[str, bytes] = {}
-        self.sliced = 0  # the most bytes asked for at once
+        self.sliced = 0  # the most bytes Python asked for at once
+        self.hashes = True  # (False: the page's worker fails, Python hashes the file itself)
         self.exported: tuple[str, bytes] | None = None
 
     def hold(self, data: bytes, mime: str) -> str:
         token = f"held-{len(self.held)}"
         self.held[token] = (data, mime)
         return token
+
+    async def digest(self, token: str) -> str:
+        if not self.hashes:
+            raise RuntimeError("the hashing worker failed")
+        return hashlib.sha256(self.held[token][0]).hexdigest()  # (as the page's worker does, a slice at a time)
 
     async def slice(self, token: str, start: int, end: int) -> bytes:
         self.sliced = max(self.sliced, end - start)
@@ -150,7 +156,12 @@ async def test_attached_files_are_kept_before_the_draft_names_them_and_come_back
     notes = pattern(3 * 1024 * 1024 + 5, seed=1)
     await attach(client, disk, PNG, "cat.png", "image/png")
     await attach(client, disk, notes, "notes.txt", "text/plain")
-    assert disk.sliced == 1024 * 1024  # hashed a slice at a time, never the whole file at once
+    assert disk.sliced == 0  # hashed by the page: no byte of it came into Python
+    disk.hashes = False  # the page's worker failing: Python hashes a slice at a time, never the whole file
+    await attach(client, disk, notes + b"!", "more.txt", "text/plain")
+    assert disk.sliced == 1024 * 1024 and client.store.draft_files(chat)[-1].sha256 == sha(notes + b"!")
+    await client.dispatch("remove-file", {"sha256": sha(notes + b"!")})
+    disk.kept.pop(sha(notes + b"!"))
     assert set(disk.kept) == {sha(PNG), sha(notes)} and not disk.held  # kept, and let go of by the page
     chips = page.regions["composer-files"]
     assert 'aria-label="Remove cat.png"' in chips and 'aria-label="Remove notes.txt"' in chips
