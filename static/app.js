@@ -253,7 +253,12 @@ function sendFromComposer(form, box) {
   box.value = "";
   if (!draftOf) view.composeIn(chat);
   view.fitComposer(box);
-  view.showSending(send);
+  // Drawn at once with its files as their chips show them (an image from the same URL): Python,
+  // which may still be hashing one, draws the message as it is kept.
+  const files = [...document.querySelectorAll("#composer-files .chip:not(.refused):not(.warning)")].map((chip) => ({
+    name: chip.querySelector(".name")?.textContent ?? "", src: chip.querySelector("img")?.getAttribute("src") ?? "",
+  }));
+  view.showSending(send, files);
   handOver(send);
 }
 
