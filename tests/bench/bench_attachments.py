@@ -10,7 +10,8 @@ Against the app with two trivial routes beside it (tests/bench/echo_server.py, o
   same image attached again, until it is hashed and kept (its chip has Remove). Median of ``--runs``.
 - *upload*: a 50 MB file sent online, from the Enter key until the server has it whole (the
   message no longer says where its upload stands), beside the baseline measured in the same page
-  and run: one ``fetch`` PUT of the same 50 MB to a route that reads the body and drops it. The
+  and run: one ``fetch`` PUT of the same 50 MB to a route that reads the body and drops it (the
+  message as Python draws it, not the page's drawing at Enter, which has no upload state). The
   ratio is upload throughput over the PUT's.
 - *memory*: the renderers' resident memory (the sum of VmRSS of Chromium's ``--type=renderer``
   processes, sampled every 50 ms) while the 50 MB file is attached, hashed and uploaded, over
@@ -69,7 +70,7 @@ MESSAGE_SHOWN = """(name) => {
 }"""
 
 UPLOADED = """(text) => {
-  const li = [...document.querySelectorAll('#messages li.message')].find((m) => m.textContent.includes(text));
+  const li = [...document.querySelectorAll('#messages li.message:not([data-sending])')].find((m) => m.textContent.includes(text));
   return li && li.querySelector('.files') && !li.querySelector('[data-upload]') ? performance.now() - window.benchSentAt : null;
 }"""
 
