@@ -1,6 +1,6 @@
 // Hashing attachments off the page's thread (static/files.js: digest): the SHA-256 of a held file
-// the page posts (a File or Blob: a reference, not a copy), read a slice at a time, so no more
-// than a slice of it is ever in memory here, and hashed as it is read by hash-wasm's SHA-256
+// the page posts (a File or Blob: a reference, not a copy), read into one buffer a slice at a
+// time, so no more than a slice of it is ever in memory here, and hashed as it is read by hash-wasm's SHA-256
 // (WebAssembly, incremental; vendored by scripts/setup and served from our origin).
 importScripts("/static/vendor/hash-wasm/4.13.0/sha256.umd.min.js");
 
@@ -11,11 +11,15 @@ self.onmessage = async (event) => {
   try {
     const hasher = await self.hashwasm.createSHA256();
     hasher.init();
-    let next = blob.slice(0, SLICE_BYTES).arrayBuffer();
-    for (let start = 0; start < blob.size; start += SLICE_BYTES) {
-      const bytes = new Uint8Array(await next);
-      next = blob.slice(start + SLICE_BYTES, start + 2 * SLICE_BYTES).arrayBuffer(); // (read while this one is hashed)
-      hasher.update(bytes);
+    // Read into one buffer, again and again (a byte stream's own reader): the file's bytes pass
+    // through SLICE_BYTES of memory, not as many new buffers as it has slices.
+    const reader = blob.stream().getReader({ mode: "byob" });
+    let buffer = new ArrayBuffer(SLICE_BYTES);
+    for (;;) {
+      const { done, value } = await reader.read(new Uint8Array(buffer));
+      if (done) break;
+      hasher.update(value);
+      buffer = value.buffer;
     }
     self.postMessage({ id, sha256: hasher.digest("hex") });
   } catch (error) {

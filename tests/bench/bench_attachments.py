@@ -13,9 +13,10 @@ Against the app with two trivial routes beside it (tests/bench/echo_server.py, o
   and run: one ``fetch`` PUT of the same 50 MB to a route that reads the body and drops it (the
   message as Python draws it, not the page's drawing at Enter, which has no upload state). The
   ratio is upload throughput over the PUT's.
-- *memory*: the renderers' resident memory (the sum of VmRSS of Chromium's ``--type=renderer``
-  processes, sampled every 50 ms) while the 50 MB file is attached, hashed and uploaded, over
-  what it was before; as a multiple of the file's size.
+- *memory*: the renderers' resident memory (the sum of VmRSS of the ``--type=renderer``
+  processes of the Chromium it started, not another's on the machine, sampled every 50 ms)
+  while the 50 MB file is attached, hashed and uploaded, over what it was before; as a multiple
+  of the file's size.
 - *long tasks*: the page's long tasks (PerformanceObserver ``longtask``) from the attach of the
   50 MB file until its upload ends: how many, how many over 50 ms, the longest.
 """
@@ -98,14 +99,32 @@ def noise_png(size: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 0)) + chunk(b"IEND", b"")
 
 
+def _parent(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
+
+
+def _ours(pid: int) -> bool:
+    """Whether the process descends from this one (the Chromium this benchmark started, not
+    another one on the machine)."""
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == os.getpid():
+            return True
+    return False
+
+
 def renderers_rss() -> int:
-    """The resident bytes of every Chromium renderer on this machine (the benchmark's only)."""
+    """The resident bytes of the Chromium renderers this benchmark started."""
     total = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if b"--type=renderer" not in (entry / "cmdline").read_bytes():
+            if b"--type=renderer" not in (entry / "cmdline").read_bytes() or not _ours(int(entry.name)):
                 continue
             status = (entry / "status").read_text()
         except OSError:
