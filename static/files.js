@@ -1,7 +1,7 @@
 // The bytes of attachments, which never go through Python's database or the event log: files
-// picked, dropped or pasted are held here under a token while Python hashes them (a slice at a
-// time: webapp/files.py), then kept in IndexedDB under their SHA-256, durably, before a draft or
-// a message refers to them. The upload engine sends them a chunk (a Blob slice) at a time, and
+// picked, dropped or pasted are held here under a token while they are hashed (in a worker,
+// static/hash-worker.js; webapp/files.py decides), then kept in IndexedDB under their SHA-256,
+// durably, before a draft or a message refers to them. The upload engine sends them a chunk (a Blob slice) at a time, and
 // a file another device sent is fetched from the server once and kept here, so it stays viewable
 // offline. A Blob in IndexedDB is stored by the browser on disk, not in the page's memory.
 //
@@ -11,7 +11,8 @@
 // tokens, as if picked, for Python to hash, keep and queue for upload.
 //
 // An image is kept with a small thumbnail beside it (at most THUMB_PIXELS on its longer side,
-// made once when it is kept): the chat and the composer show the thumbnail, the dialog the image.
+// made once, while it is hashed, and added to its row when made): the chat and the composer show
+// the thumbnail, the dialog the image.
 
 const DB_NAME = "chat-attachments";
 const THUMB_PIXELS = 480; // (shown at up to 240 CSS pixels: sharp at 2 device pixels to one)
