@@ -167,7 +167,7 @@ class Attachments:
         return self.blobs.read(sha256)
 
     async def bytes_of(self, account_id: str, sha256: str) -> bytes | None:
-        """The whole blob, if the account holds it (for a model's request: server/prompt.py)."""
+        """The whole blob, if the account holds it (for a model's request: shared/prompt.py)."""
         if await self.held_size(account_id, sha256) is None:
             return None
         try:

@@ -39,6 +39,12 @@ from typing import BinaryIO, Protocol
 
 from server.db import Database, Tx, integer, text
 from shared.models import SHA256_PATTERN, format_time
+from shared.sniff import IMAGE_TYPES as IMAGE_TYPES  # (what a blob is: shared/sniff.py)
+from shared.sniff import OTHER_TYPE as OTHER_TYPE
+from shared.sniff import PDF_TYPE as PDF_TYPE
+from shared.sniff import SNIFF_BYTES as SNIFF_BYTES
+from shared.sniff import TEXT_TYPE as TEXT_TYPE
+from shared.sniff import sniff as sniff
 
 # A chunk of the SQL store: one row of ``blob_chunks``. A PATCH's body is split into rows of at
 # most this many bytes, so reading a blob holds one row in memory at a time.
@@ -593,42 +599,3 @@ def open_blob_store(db: Database, blob_dir: str, database_url: str, clock: Calla
     if path == ":memory:":  # (nothing else would be in memory too: the blobs keep to the database)
         return SqlBlobStore(db, clock)
     return FileBlobStore(Path(path).resolve().parent / "blobs", clock)
-
-
-# --- what a blob is --------------------------------------------------------------------------
-
-SNIFF_BYTES = 4096
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-TEXT_TYPE = "text/plain; charset=utf-8"
-PDF_TYPE = "application/pdf"
-OTHER_TYPE = "application/octet-stream"
-
-
-def sniff(first: bytes) -> str:
-    """The Content-Type the server gives a blob whose first bytes (up to ``SNIFF_BYTES``) are
-    ``first``, whatever its name or its sender said: one of the images a browser shows safely
-    (PNG, JPEG, GIF, WebP, by their magic numbers), a PDF, plain text for anything that is UTF-8
-    text without control characters (HTML and SVG too: never served as what would run script),
-    and bytes (``application/octet-stream``) otherwise."""
-    if first.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if first.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if first.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if first[:4] == b"RIFF" and first[8:12] == b"WEBP":
-        return "image/webp"
-    if first.startswith(b"%PDF-"):
-        return PDF_TYPE
-    return TEXT_TYPE if _is_text(first) else OTHER_TYPE
-
-
-def _is_text(first: bytes) -> bool:
-    sample = first[:SNIFF_BYTES]
-    try:
-        decoded = sample.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if e.start < len(sample) - 3:  # (not merely a character cut off at the sample's end)
-            return False
-        decoded = sample[: e.start].decode("utf-8")
-    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in decoded)

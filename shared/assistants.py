@@ -28,7 +28,7 @@ class Turn:
     content: str
     # The message's attachments (references), for a model that names them (the demo's).
     attachments: tuple[Attachment, ...] = ()
-    # The turn as OpenAI content parts, when it holds more than text (an image: server/prompt.py
+    # The turn as OpenAI content parts, when it holds more than text (an image: shared/prompt.py
     # builds them as it makes the request); else the request sends ``content``.
     parts: tuple[dict[str, Any], ...] = ()
 
@@ -246,11 +246,21 @@ class ModelAssistant:
     reason GET /runs gives, does not exist here. So it is in the log, and every device shows it
     with the reply (webapp/pane.py)."""
 
-    def __init__(self, assistant_id: str, name: str, model: Model, checkpoint_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        assistant_id: str,
+        name: str,
+        model: Model,
+        checkpoint_seconds: float = 1.0,
+        prompt: Callable[[list[Message]], Awaitable[list[Turn]]] | None = None,
+    ) -> None:
+        """``prompt``: the turns the model is sent for a history (its attachments in them:
+        shared/prompt.py); ``turns_of`` by default."""
         self.id = assistant_id
         self.name = name
         self.model = model
         self.checkpoint_seconds = checkpoint_seconds
+        self.prompt = prompt
 
     async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
         reply = Message(
@@ -266,7 +276,8 @@ class ModelAssistant:
         yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
         content, status, last = "", "completed", time.monotonic()
         reason: str | None = None
-        stream = self.model.stream(turns_of(run.history))
+        turns = await self.prompt(run.history) if self.prompt is not None else turns_of(run.history)
+        stream = self.model.stream(turns)
         try:
             async for piece in stream:
                 if not piece.text:

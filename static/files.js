@@ -221,6 +221,14 @@ export async function want(sha256) {
   return [shownUrl(sha256, found), ""];
 }
 
+// The bytes of a kept file, for a model on this device (webapp/files.py: read), fetched from the
+// server and kept first if this device does not have it; null when they cannot be had.
+export async function bytesOf(sha256) {
+  let blob = await stored(sha256);
+  if (!blob && !(await want(sha256))[1]) blob = await stored(sha256);
+  return blob ? new Uint8Array(await blob.arrayBuffer()) : null;
+}
+
 // An object URL of the whole file (an image at full size, for its dialog); "" if not here.
 const fullUrls = new Map();
 export async function full(sha256) {

@@ -179,8 +179,9 @@ class Client:
             export_files=self._export_files, restore_files=self._restore_files,
         ))  # fmt: skip
         self.choice = AssistantChoice(
-            self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files
-        )
+            self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files,
+            read_file=self.files.read if services.files is not None else None,
+        )  # fmt: skip
         self.selected: str | None = None
         self.editing: Editing | None = None  # what the composer is editing, if anything
         self.local_runs: dict[str, asyncio.Task[Any]] = {}  # replies being written here, by id

@@ -339,6 +339,10 @@ class PageFiles:
         url, why = (str(v) for v in await js.chatFiles.want(sha256))
         return url or None, why or None
 
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        found = await js.chatFiles.bytesOf(sha256)
+        return None if found is None else bytes(found.to_bytes())
+
     async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
         return [str(d) for d in await js.chatFiles.exportFile(filename, text, to_js(digests))]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -31,6 +32,8 @@ from typing import Protocol
 
 from shared.models import Attachment
 from webapp.uploads import UploadState
+
+log = logging.getLogger(__name__)
 
 SLICE_BYTES = 1024 * 1024  # read and hashed at a time here, if the page cannot hash (a short task)
 DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024  # the server's default (until it has said its own)
@@ -74,6 +77,10 @@ class FilesHost(Protocol):
         """An object URL of the stored file (fetched from the server and kept first, if this
         device does not have it), or None and why: "missing" (the server does not have it) or
         "offline"."""
+
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        """The bytes of a kept file (fetched from the server and kept first, if this device
+        does not have it), for a model on this device; None when they cannot be had."""
 
     async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
         """Offer an export with files to save: a tar of ``text`` (``chat-export.json``) and the
@@ -143,6 +150,17 @@ class Files:
         width, height = dims if dims is not None else (None, None)
         return Attachment(sha256=sha256, name=name[:255] or "file", mime=mime[:255] or "application/octet-stream",
                           size=size, width=width, height=height)  # fmt: skip
+
+    async def read(self, sha256: str) -> bytes | None:
+        """A file's bytes, for a model on this device (shared/prompt.py); None when they cannot
+        be had (the page's storage failing counts)."""
+        if self.host is None:
+            return None
+        try:
+            return await self.host.file_bytes(sha256)
+        except Exception:
+            log.exception("a file could not be read for a model on this device")
+            return None
 
     async def clear(self) -> None:
         """Remove every file kept on this device (its account's copy is being removed or

@@ -25,10 +25,11 @@ from shared.ids import Uuid7Generator
 from tests.waiting import until
 from tests.webapp.inprocess import InProcessTransport
 from tests.webapp.page import FakePage
-from tests.webapp.test_client import TICKS, FakeAuth, OfflineTransport
+from tests.webapp.test_client import TICKS, EchoModel, FakeAuth, OfflineTransport
 from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern, settings_for  # noqa: F401 (app: a fixture)
 from webapp import uploads
 from webapp.app import Client, Services
+from webapp.assistants import DEVICE_MODEL_ID
 from webapp.database import FilePersistence
 from webapp.files import OFFLINE, Files
 from webapp.store import LocalStore
@@ -101,6 +102,9 @@ class Disk:
         """As the page does with a tar chosen to import: its JSON, and its files held."""
         text, files = _read_tar(raw)
         return text.decode(), [{"token": self.hold(data, ""), "sha256": d, "size": len(data)} for d, data in files.items()]
+
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        return self.kept.get(sha256)
 
     async def size(self, sha256: str) -> int | None:
         data = self.kept.get(sha256)
@@ -435,3 +439,26 @@ async def test_a_file_shows_at_once_while_it_is_attached_and_a_send_meanwhile_ta
     [message] = client.store.messages(chat)
     assert message.content == "this cat" and [a.name for a in message.attachments] == ["cat.png"]
     assert client.store.draft_files(chat) == [] and "Attaching" not in page.regions["composer-files"]
+
+
+async def test_a_model_on_this_device_is_sent_a_text_file_as_text_and_told_an_image_was_left_out(tmp_path: Path) -> None:
+    """The same content parts as the server's runs build (shared/prompt.py), from this device's files."""
+    model, disk, page = EchoModel(), Disk(), FakePage()
+    services = Services(
+        store=LocalStore(str(tmp_path / "local.db"), FilePersistence()), view=page, auth=FakeAuth(),
+        transport=OfflineTransport(), new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T,  # type: ignore[arg-type]
+        device_model=lambda url, name: model, schedule_frame=page.schedule_frame, files=disk,  # type: ignore[arg-type,return-value]
+    )  # fmt: skip
+    client = Client(services)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})
+    await attach(client, disk, b"line one\nline two\n", "notes.md", "text/markdown")
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "read these", "chat": client.selected, "assistant": DEVICE_MODEL_ID})
+    await until(lambda: bool(model.asked))
+    [turn] = model.asked[0]
+    assert turn.content.startswith("read these")
+    assert 'The attached file "notes.md":\n```\nline one\nline two\n\n```' in turn.content
+    assert '[The attached file "cat.png" (image/png) was left out: this assistant does not read images.]' in turn.content
+    assert not turn.parts  # (no image part: it reads none)
