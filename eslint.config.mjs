@@ -4,12 +4,13 @@
 import js from "@eslint/js";
 import globals from "globals";
 
-// Workers of the page (static/app.js and python-start.js start them as modules).
-const WORKERS = ["static/python-worker.js", "static/warm-worker.js"];
+// Workers of the page (static/app.js and python-start.js start them as modules; files.js starts
+// hash-worker.js, a classic script).
+const WORKERS = ["static/python-worker.js", "static/warm-worker.js", "static/hash-worker.js"];
 // The service worker: a classic script, which server/assets.py fills in (__PRECACHE__, __VERSION__).
 const SERVICE_WORKER = ["static/sw.js"];
 // Scripts rather than modules: paint.js is a classic <script> (it runs before the first paint).
-const CLASSIC = ["static/paint.js", ...SERVICE_WORKER];
+const CLASSIC = ["static/paint.js", "static/hash-worker.js", ...SERVICE_WORKER];
 
 export default [
   { ignores: ["static/vendor/"] },

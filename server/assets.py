@@ -36,7 +36,8 @@ CONTENT_TYPES = {
 # Files the shell needs, beside the vendored Pyodide core, idiomorph, wheels and lock file.
 SHELL = (
     "index.html", "paint.js", "app.js", "pending.js", "files.js", "python-start.js", "storage.js", "view.js",
-    "python-worker.js", "warm-worker.js", "app.css", "manifest.webmanifest", "icon.svg", "vendor/highlight.css",
+    "python-worker.js", "warm-worker.js", "hash-worker.js", "app.css", "manifest.webmanifest", "icon.svg",
+    "vendor/highlight.css",
 )  # fmt: skip
 # Under vendor/pyodide/<version>/, as npm ships them; the standard library is set-up's trimmed
 # copy, vendor/python_stdlib.zip (loadPyodide's stdLibURL).
@@ -44,9 +45,9 @@ PYODIDE_CORE = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm")
 STDLIB = "vendor/python_stdlib.zip"
 
 
-# Vendor files whose URL changes whenever their content does: Pyodide and idiomorph under their
+# Vendor files whose URL changes whenever their content does: Pyodide, idiomorph and hash-wasm under their
 # pinned version, wheels named with theirs. Everything else keeps its URL across versions.
-VERSIONED = re.compile(r"vendor/(pyodide|idiomorph)/\d[^/]*/[^/]+|vendor/wheels/[^/]+\.whl")
+VERSIONED = re.compile(r"vendor/(pyodide|idiomorph|hash-wasm)/\d[^/]*/[^/]+|vendor/wheels/[^/]+\.whl")
 
 
 def content_type(path: str) -> str:
@@ -98,8 +99,10 @@ class Assets:
         wheels = [f"vendor/{p['file_name']}" for p in lock["packages"].values()]
         pyodide = versioned_dir(static_dir, "pyodide")
         idiomorph = versioned_dir(static_dir, "idiomorph")
+        hash_wasm = versioned_dir(static_dir, "hash-wasm")
         files = [
-            *SHELL, f"{idiomorph}/idiomorph.esm.js", *(f"{pyodide}/{f}" for f in PYODIDE_CORE), STDLIB,
+            *SHELL, f"{idiomorph}/idiomorph.esm.js", f"{hash_wasm}/sha256.umd.min.js",
+            *(f"{pyodide}/{f}" for f in PYODIDE_CORE), STDLIB,
             "vendor/app-lock.json", *wheels,
         ]  # fmt: skip
         bundle = python_bundle()

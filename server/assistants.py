@@ -52,7 +52,7 @@ class AssistantConfig(BaseModel):
     base_url: str | None = None
     model: str = "demo"
     api_key_env: str | None = None
-    vision: bool = False  # it reads images (sent as image_url content parts: server/prompt.py)
+    vision: bool = False  # it reads images (sent as image_url content parts: shared/prompt.py)
     # Its service continues an unfinished assistant turn given last (llama.cpp, Ollama, vLLM): a
     # Continue sends the answer so far that way; without it, a short user turn asks to go on.
     prefill: bool = False

@@ -33,7 +33,10 @@ from shared.models import format_time
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK_BYTES = 8 * 1024 * 1024  # the largest PATCH body (a client sends about 1 MiB)
+MAX_CHUNK_BYTES = 8 * 1024 * 1024  # the largest PATCH body (a client sends 4 MiB)
+# How often an upload's updated_at is written while its chunks come (garbage collection drops an
+# upload untouched for the retention window, days: a minute's lag is nothing to it).
+TOUCH_SECONDS = 60.0
 
 
 class AttachmentError(Exception):
@@ -111,6 +114,7 @@ class Attachments:
         # An upload of an account completed (in this process): runs waiting for it may go.
         self.on_uploaded: Callable[[str], None] = lambda account_id: None
         self._seen: set[tuple[str, str]] = set()  # uploads this process has had a chunk of
+        self._touched: dict[tuple[str, str], datetime] = {}  # uploads' updated_at as this process last wrote it
 
     def _now(self) -> str:
         return format_time(self._clock())
@@ -163,7 +167,7 @@ class Attachments:
         return self.blobs.read(sha256)
 
     async def bytes_of(self, account_id: str, sha256: str) -> bytes | None:
-        """The whole blob, if the account holds it (for a model's request: server/prompt.py)."""
+        """The whole blob, if the account holds it (for a model's request: shared/prompt.py)."""
         if await self.held_size(account_id, sha256) is None:
             return None
         try:
@@ -254,16 +258,30 @@ class Attachments:
         self._seen.add((account_id, sha256))
         received = await self.blobs.append(account_id, sha256, offset, data)
         if received < known:
-            async with self.db.transaction(write=True) as tx:
-                await tx.execute(
-                    "UPDATE blob_uploads SET updated_at = ? WHERE account_id = ? AND sha256 = ?", self._now(), account_id, sha256
-                )
+            await self._touch(account_id, sha256)
             return Progress(received, known)
         return await self._complete(account_id, sha256, known)
+
+    async def _touch(self, account_id: str, sha256: str) -> None:
+        """The upload is going on (garbage collection leaves it): written at most once a
+        ``TOUCH_SECONDS`` per upload by this process, not at every chunk (a commit each)."""
+        now = self._clock()
+        key = (account_id, sha256)
+        last = self._touched.get(key)
+        if last is not None and (now - last).total_seconds() < TOUCH_SECONDS:
+            return
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute(
+                "UPDATE blob_uploads SET updated_at = ? WHERE account_id = ? AND sha256 = ?", format_time(now), account_id, sha256
+            )
+        if len(self._touched) >= 10_000:  # (uploads left unfinished: forgotten, written again)
+            self._touched.clear()
+        self._touched[key] = now
 
     async def _complete(self, account_id: str, sha256: str, length: int) -> Progress:
         """Every byte is there: check them and hold the blob (HashMismatch: it is gone)."""
         self._seen.discard((account_id, sha256))
+        self._touched.pop((account_id, sha256), None)
         try:
             size = await self.blobs.complete(account_id, sha256)
         except BlobMissing:  # (another request of the account completed it just now)

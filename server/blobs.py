@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import os
 import re
+import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,12 +39,20 @@ from typing import BinaryIO, Protocol
 
 from server.db import Database, Tx, integer, text
 from shared.models import SHA256_PATTERN, format_time
+from shared.sniff import IMAGE_TYPES as IMAGE_TYPES  # (what a blob is: shared/sniff.py)
+from shared.sniff import OTHER_TYPE as OTHER_TYPE
+from shared.sniff import PDF_TYPE as PDF_TYPE
+from shared.sniff import SNIFF_BYTES as SNIFF_BYTES
+from shared.sniff import TEXT_TYPE as TEXT_TYPE
+from shared.sniff import sniff as sniff
 
 # A chunk of the SQL store: one row of ``blob_chunks``. A PATCH's body is split into rows of at
 # most this many bytes, so reading a blob holds one row in memory at a time.
 ROW_BYTES = 1024 * 1024
 # What a file store reads at a time (hashing, serving).
 READ_BYTES = 256 * 1024
+# Uploads a file store's process keeps the running digest of (each holds its partial file open).
+MAX_HASHED = 64
 
 _SHA256 = re.compile(SHA256_PATTERN)
 _OWNER = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # (an account's id: it names a directory)
@@ -142,20 +151,30 @@ class FileBlobStore:
     returns, and renamed into ``blobs/`` only once its digest is checked (then the directory is
     fsynced too). A file's modification time is when it was completed (``clock``). Appends to
     an upload take turns by a lock of its file (``flock``), so several processes may share the
-    directory; within a process an asyncio lock keeps them from each holding a thread."""
+    directory; within a process an asyncio lock keeps them from each holding a thread. Each
+    append updates the upload's running SHA-256 in this process, so the last one checks the
+    digest without reading the file again; the file is read (once) only when another process,
+    or this one before a restart, wrote part of it."""
 
     def __init__(self, root: Path, clock: Callable[[], datetime]) -> None:
         self.root = root
         self._clock = clock
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._users: dict[tuple[str, str], int] = {}
+        # The SHA-256 of each upload so far, kept beside its partial file as this process's
+        # appends wrote it, so completing it reads nothing again (see ``_Hashed``).
+        self._hashed: dict[Path, _Hashed] = {}
+        self._hashed_lock = threading.Lock()  # (appends of different uploads run in threads at once)
 
     async def open(self) -> None:
         for sub in ("blobs", "uploads"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     async def close(self) -> None:
-        pass
+        with self._hashed_lock:
+            held, self._hashed = list(self._hashed.values()), {}
+        for hashed in held:
+            hashed.close()
 
     def _blob(self, sha256: str) -> Path:
         return self.root / "blobs" / sha256[:2] / sha256[2:4] / sha256
@@ -200,19 +219,55 @@ class FileBlobStore:
         assert done is not None
         return done
 
-    @staticmethod
-    def _append(part: Path, offset: int, data: bytes) -> int:
+    def _append(self, part: Path, offset: int, data: bytes) -> int:
         with _locked_file(part, create=offset == 0) as f:  # (only a first append starts one)
             if f is None:
                 raise OffsetMismatch(0)
             have = os.fstat(f.fileno()).st_size
             if have != offset:
                 raise OffsetMismatch(have)
-            f.seek(offset)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            hashed = self._take_hashed(part, f)
+            if hashed is None and offset == 0:
+                hashed = _Hashed.start(part)  # (else: hashed once, from the file, when it completes)
+            try:
+                f.seek(offset)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                if hashed is not None:
+                    hashed.close()
+                raise
+            if hashed is not None:
+                hashed.digest.update(data)
+                hashed.size += len(data)
+                self._keep_hashed(part, hashed)
         return offset + len(data)
+
+    def _take_hashed(self, part: Path, f: BinaryIO) -> _Hashed | None:
+        """The running digest of the upload at ``part`` (now open as ``f``), if this process has
+        one that holds for the file as it is; no longer kept (it is put back by the caller)."""
+        with self._hashed_lock:
+            hashed = self._hashed.pop(part, None)
+        if hashed is not None and not hashed.fits(f):
+            hashed.close()
+            return None
+        return hashed
+
+    def _keep_hashed(self, part: Path, hashed: _Hashed) -> None:
+        with self._hashed_lock:
+            self._hashed[part] = hashed
+            dropped = []
+            while len(self._hashed) > MAX_HASHED:  # (uploads left unfinished: the oldest let go)
+                dropped.append(self._hashed.pop(next(iter(self._hashed))))
+        for old in dropped:
+            old.close()
+
+    def _forget_hashed(self, part: Path) -> None:
+        with self._hashed_lock:
+            hashed = self._hashed.pop(part, None)
+        if hashed is not None:
+            hashed.close()
 
     async def complete(self, owner: str, sha256: str) -> int:
         size = await self._in_turn(owner, sha256, lambda: self._complete(owner, sha256))
@@ -224,12 +279,15 @@ class FileBlobStore:
         target = self._blob(sha256)
         with _locked_file(part, create=False) as f:
             if f is None:
+                self._forget_hashed(part)
                 raise BlobMissing(sha256)
-            digest = hashlib.sha256()
-            size = 0
-            while piece := f.read(READ_BYTES):
-                digest.update(piece)
-                size += len(piece)
+            size = os.fstat(f.fileno()).st_size
+            hashed = self._take_hashed(part, f)
+            if hashed is not None:
+                digest = hashed.digest
+                hashed.close()
+            else:  # (appended to by another process, or before a restart: read once)
+                digest = _Hashed.of(f, size)
             if digest.hexdigest() != sha256:
                 part.unlink()
                 raise HashMismatch(sha256, digest.hexdigest())
@@ -245,9 +303,9 @@ class FileBlobStore:
     async def discard(self, owner: str, sha256: str) -> None:
         await self._in_turn(owner, sha256, lambda: self._discard(self._part(owner, sha256)))
 
-    @staticmethod
-    def _discard(part: Path) -> None:
+    def _discard(self, part: Path) -> None:
         with _locked_file(part, create=False) as f:
+            self._forget_hashed(part)
             if f is not None:
                 part.unlink()
 
@@ -295,6 +353,43 @@ class FileBlobStore:
                     continue
                 found.append(StoredBlob(path.name, stat.st_size, datetime.fromtimestamp(stat.st_mtime, UTC)))
         return sorted(found, key=lambda b: b.sha256)
+
+
+@dataclass
+class _Hashed:
+    """The SHA-256 of an upload's partial file so far (``size`` bytes), with the file itself
+    held open (``fd``): while it is open no other file can take its inode, so the digest holds
+    for the file at the upload's path exactly when that is still this file at this size (no
+    other process appended to it, or discarded it and began it again). Else the file is hashed
+    again from its start when it completes."""
+
+    digest: hashlib._Hash
+    fd: int
+    size: int
+
+    @classmethod
+    def start(cls, part: Path) -> _Hashed:
+        """For the upload's file at ``part``, empty, which the caller has open and locked (a
+        descriptor of its own, not a duplicate: the file's lock goes with the caller's)."""
+        return cls(hashlib.sha256(), os.open(part, os.O_RDONLY), 0)
+
+    @staticmethod
+    def of(f: BinaryIO, size: int) -> hashlib._Hash:
+        """The digest of the file's first ``size`` bytes, read from it."""
+        digest = hashlib.sha256()
+        f.seek(0)
+        left = size
+        while left and (piece := f.read(min(READ_BYTES, left))):
+            digest.update(piece)
+            left -= len(piece)
+        return digest
+
+    def fits(self, f: BinaryIO) -> bool:
+        mine, now = os.fstat(self.fd), os.fstat(f.fileno())
+        return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino) and now.st_size == self.size
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 @contextmanager
@@ -504,42 +599,3 @@ def open_blob_store(db: Database, blob_dir: str, database_url: str, clock: Calla
     if path == ":memory:":  # (nothing else would be in memory too: the blobs keep to the database)
         return SqlBlobStore(db, clock)
     return FileBlobStore(Path(path).resolve().parent / "blobs", clock)
-
-
-# --- what a blob is --------------------------------------------------------------------------
-
-SNIFF_BYTES = 4096
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-TEXT_TYPE = "text/plain; charset=utf-8"
-PDF_TYPE = "application/pdf"
-OTHER_TYPE = "application/octet-stream"
-
-
-def sniff(first: bytes) -> str:
-    """The Content-Type the server gives a blob whose first bytes (up to ``SNIFF_BYTES``) are
-    ``first``, whatever its name or its sender said: one of the images a browser shows safely
-    (PNG, JPEG, GIF, WebP, by their magic numbers), a PDF, plain text for anything that is UTF-8
-    text without control characters (HTML and SVG too: never served as what would run script),
-    and bytes (``application/octet-stream``) otherwise."""
-    if first.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if first.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if first.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if first[:4] == b"RIFF" and first[8:12] == b"WEBP":
-        return "image/webp"
-    if first.startswith(b"%PDF-"):
-        return PDF_TYPE
-    return TEXT_TYPE if _is_text(first) else OTHER_TYPE
-
-
-def _is_text(first: bytes) -> bool:
-    sample = first[:SNIFF_BYTES]
-    try:
-        decoded = sample.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if e.start < len(sample) - 3:  # (not merely a character cut off at the sample's end)
-            return False
-        decoded = sample[: e.start].decode("utf-8")
-    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in decoded)

@@ -40,7 +40,6 @@ from typing import Any
 from server.assistants import Assistant
 from server.attachments import Attachments
 from server.event_store import SqlEventStore
-from server.prompt import awaited_attachments, prompt_turns
 from server.run_store import Run, RunStore
 from server.store import Rejected
 from shared.assistants import DEFAULT_SAMPLING, Sampling, Turn, UpstreamError, Usage, continuing, failure_message, history_along
@@ -59,6 +58,7 @@ from shared.models import (
     TokenUsage,
     format_time,
 )
+from shared.prompt import awaited_attachments, prompt_turns
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ class Turn:
     content: str
     # The message's attachments (references), for a model that names them (the demo's).
     attachments: tuple[Attachment, ...] = ()
-    # The turn as OpenAI content parts, when it holds more than text (an image: server/prompt.py
+    # The turn as OpenAI content parts, when it holds more than text (an image: shared/prompt.py
     # builds them as it makes the request); else the request sends ``content``.
     parts: tuple[dict[str, Any], ...] = ()
 
@@ -253,11 +253,21 @@ class ModelAssistant:
     reason GET /runs gives, does not exist here. So it is in the log, and every device shows it
     with the reply (webapp/pane.py)."""
 
-    def __init__(self, assistant_id: str, name: str, model: Model, checkpoint_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        assistant_id: str,
+        name: str,
+        model: Model,
+        checkpoint_seconds: float = 1.0,
+        prompt: Callable[[list[Message]], Awaitable[list[Turn]]] | None = None,
+    ) -> None:
+        """``prompt``: the turns the model is sent for a history (its attachments in them:
+        shared/prompt.py); ``turns_of`` by default."""
         self.id = assistant_id
         self.name = name
         self.model = model
         self.checkpoint_seconds = checkpoint_seconds
+        self.prompt = prompt
 
     async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
         reply = Message(
@@ -273,7 +283,7 @@ class ModelAssistant:
             instructions=run.instructions,
         )
         yield DomainEvent(event_id=run.new_id(), type=EventType.MESSAGE_APPENDED, payload=reply, created_at=run.now())
-        async for event in self._write(run, reply, turns_of(run.history)):
+        async for event in self._write(run, reply, await self._turns(run)):
             yield event
 
     async def go_on(self, run: RunInput, reply: Message) -> AsyncIterator[DomainEvent]:
@@ -282,8 +292,11 @@ class ModelAssistant:
         the text so far as its unfinished turn, followed by a short request to go on."""
         reply = reply.model_copy(update={"status": "streaming", "finish_reason": None})
         yield self._edit(run, reply, "streaming", reply.content)
-        async for event in self._write(run, reply, continuing(turns_of(run.history), reply.content, prefill=False)):
+        async for event in self._write(run, reply, continuing(await self._turns(run), reply.content, prefill=False)):
             yield event
+
+    async def _turns(self, run: RunInput) -> list[Turn]:
+        return await self.prompt(run.history) if self.prompt is not None else turns_of(run.history)
 
     async def _write(self, run: RunInput, reply: Message, turns: list[Turn]) -> AsyncIterator[DomainEvent]:
         if reply.instructions:

@@ -253,7 +253,12 @@ function sendFromComposer(form, box) {
   box.value = "";
   if (!draftOf) view.composeIn(chat);
   view.fitComposer(box);
-  view.showSending(send);
+  // Drawn at once with its files as their chips show them (an image from the same URL): Python,
+  // which may still be hashing one, draws the message as it is kept.
+  const files = [...document.querySelectorAll("#composer-files .chip:not(.refused):not(.warning)")].map((chip) => ({
+    name: chip.querySelector(".name")?.textContent ?? "", src: chip.querySelector("img")?.getAttribute("src") ?? "",
+  }));
+  view.showSending(send, files);
   handOver(send);
 }
 
@@ -337,7 +342,7 @@ function wireEvents() {
     if (e.target.matches("input[data-import]") && e.target.files.length) {
       const file = e.target.files[0];
       e.target.value = "";
-      send("import", { name: file.name, text: await file.text() });
+      send("import", { name: file.name, ...(await attachments.readExport(file)) });
     }
   });
   document.addEventListener("input", (e) => {

@@ -1,17 +1,25 @@
 // The bytes of attachments, which never go through Python's database or the event log: files
-// picked, dropped or pasted are held here under a token while Python hashes them (a slice at a
-// time: webapp/files.py), then kept in IndexedDB under their SHA-256, durably, before a draft or
-// a message refers to them. The upload engine sends them a chunk (a Blob slice) at a time, and
+// picked, dropped or pasted are held here under a token while they are hashed (in a worker,
+// static/hash-worker.js; webapp/files.py decides), then kept in IndexedDB under their SHA-256,
+// durably, before a draft or a message refers to them. The upload engine sends them a chunk (a Blob slice) at a time, and
 // a file another device sent is fetched from the server once and kept here, so it stays viewable
 // offline. A Blob in IndexedDB is stored by the browser on disk, not in the page's memory.
 //
+// "Export everything" with files is a tar made here from the Blobs in IndexedDB (never read into
+// memory), the same format as `python -m server export --with-files`: `chat-export.json`, then
+// `files/<sha256>` per file; an import of such a tar holds its files (slices of the tar) under
+// tokens, as if picked, for Python to hash, keep and queue for upload.
+//
 // An image is kept with a small thumbnail beside it (at most THUMB_PIXELS on its longer side,
-// made once when it is kept): the chat and the composer show the thumbnail, the dialog the image.
+// made once, while it is hashed, and added to its row when made): the chat and the composer show
+// the thumbnail, the dialog the image.
 
 const DB_NAME = "chat-attachments";
 const THUMB_PIXELS = 480; // (shown at up to 240 CSS pixels: sharp at 2 device pixels to one)
 const held = new Map(); // token -> File
-const sizes = new Map(); // token -> [width, height] of a held image, once decoded
+const pictures = new Map(); // token -> a held image's thumbnail (a promise: decoded meanwhile)
+const sizes = new Map(); // token -> a held image's [width, height] (a promise: its header read meanwhile)
+const previews = new Map(); // token -> object URL of the held file, shown before it is hashed
 const urls = new Map(); // sha256 -> object URL of what the page shows of it (one for the page's life)
 let heldCount = 0;
 
@@ -84,38 +92,99 @@ function shownUrl(sha256, found) {
 }
 
 // A File from the picker, a drop or a paste: held until Python has kept it (release).
+// An image starts decoding at once (off the page's thread), beside Python's hashing.
 export function hold(file) {
   const token = `f${++heldCount}`;
   held.set(token, file);
+  if (file.type.startsWith("image/")) {
+    sizes.set(token, measured(previewUrl(token)));
+    pictures.set(token, pictured(file).catch(() => null));
+  }
   return { token, name: file.name || "pasted", type: file.type, size: file.size };
+}
+
+// An image's width and height as the page shows it (its orientation applied), known once its
+// header is read: an image element's load, which decodes no pixels. [] when it is not an image.
+function measured(url) {
+  return new Promise((resolve) => {
+    const img = new Image();
+    img.onload = () => resolve(img.naturalWidth ? [img.naturalWidth, img.naturalHeight] : []);
+    img.onerror = () => resolve([]);
+    img.src = url;
+  });
+}
+
+export function previewUrl(token) {
+  if (!previews.has(token)) previews.set(token, URL.createObjectURL(held.get(token)));
+  return previews.get(token);
+}
+
+// The SHA-256 of the held file, hashed in a worker (static/hash-worker.js) as it is read.
+let hasher = null;
+const hashing = new Map(); // id -> {resolve, reject}
+let hashCount = 0;
+
+export function digest(token) {
+  if (!hasher) {
+    hasher = new Worker("/static/hash-worker.js");
+    hasher.onmessage = ({ data }) => {
+      const waiting = hashing.get(data.id);
+      hashing.delete(data.id);
+      if (data.error) waiting?.reject(new Error(data.error));
+      else waiting?.resolve(data.sha256);
+    };
+    hasher.onerror = (event) => { // (the worker could not start: Python hashes instead)
+      event.preventDefault();
+      for (const waiting of hashing.values()) waiting.reject(new Error(event.message || "the hashing worker failed"));
+      hashing.clear();
+      hasher = null;
+    };
+  }
+  const id = ++hashCount;
+  return new Promise((resolve, reject) => {
+    hashing.set(id, { resolve, reject });
+    hasher.postMessage({ id, blob: held.get(token) });
+  });
 }
 
 export async function slice(token, start, end) {
   return new Uint8Array(await held.get(token).slice(start, end).arrayBuffer());
 }
 
+// The file, durably; an image's thumbnail follows when it is made (the page shows the held file
+// until a reload: the thumbnail is for later).
 export async function keep(token, sha256) {
   const file = held.get(token);
   const blob = new Blob([file], { type: file.type });
-  const image = await pictured(blob).catch(() => null);
-  if (image) sizes.set(token, image.size);
-  await put(sha256, blob, image?.thumb ?? null, "strict");
-  if (image?.thumb && !urls.has(sha256)) urls.set(sha256, URL.createObjectURL(image.thumb));
+  await put(sha256, blob, null, "strict");
+  pictures.get(token)?.then((image) => image?.thumb && addThumb(sha256, image.thumb)).catch(() => {});
+}
+
+async function addThumb(sha256, thumb) {
+  const db = await database();
+  const tx = db.transaction(["files"], "readwrite", { durability: "relaxed" });
+  const store = tx.objectStore("files");
+  const found = await request(store.get(sha256));
+  if (found && !found.thumb) store.put({ ...found, thumb }, sha256); // (gone: cleared meanwhile)
 }
 
 // A held image's width and height ([] when it is not an image this browser decodes).
 export async function imageSize(token) {
-  return sizes.get(token) ?? [];
+  return (await sizes.get(token)) ?? [];
 }
 
 export function heldUrl(token, sha256) {
-  if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(held.get(token)));
+  if (!urls.has(sha256)) urls.set(sha256, previewUrl(token));
   return urls.get(sha256);
 }
 
 export function release(token) {
+  const url = previews.get(token);
+  if (url && ![...urls.values()].includes(url)) URL.revokeObjectURL(url);
   held.delete(token);
+  pictures.delete(token);
   sizes.delete(token);
+  previews.delete(token);
 }
 
 // For the upload engine: the stored file's size (-1: not on this device), and its bytes.
@@ -152,6 +221,14 @@ export async function want(sha256) {
   return [shownUrl(sha256, found), ""];
 }
 
+// The bytes of a kept file, for a model on this device (webapp/files.py: read), fetched from the
+// server and kept first if this device does not have it; null when they cannot be had.
+export async function bytesOf(sha256) {
+  let blob = await stored(sha256);
+  if (!blob && !(await want(sha256))[1]) blob = await stored(sha256);
+  return blob ? new Uint8Array(await blob.arrayBuffer()) : null;
+}
+
 // An object URL of the whole file (an image at full size, for its dialog); "" if not here.
 const fullUrls = new Map();
 export async function full(sha256) {
@@ -171,4 +248,76 @@ export async function clearAll() {
   for (const url of [...urls.values(), ...fullUrls.values()]) URL.revokeObjectURL(url);
   urls.clear();
   fullUrls.clear();
+}
+
+// --- exports with files (the tar of `python -m server export --with-files`) ---------------------
+
+const EXPORT_MEMBER = "chat-export.json";
+const FILES = "files/";
+
+function tarHeader(name, size, mtime) {
+  const header = new Uint8Array(512);
+  const put = (text, start) => header.set(new TextEncoder().encode(text), start);
+  const octal = (value, width) => value.toString(8).padStart(width - 1, "0") + "\0";
+  put(name, 0);
+  put(octal(0o644, 8), 100);
+  put(octal(0, 8), 108);
+  put(octal(0, 8), 116);
+  put(octal(size, 12), 124);
+  put(octal(mtime, 12), 136);
+  put("        ", 148); // (the checksum counts its own field as spaces)
+  header[156] = 48; // "0": a regular file
+  put("ustar\0" + "00", 257);
+  put(octal(header.reduce((sum, byte) => sum + byte, 0), 7) + " ", 148);
+  return header;
+}
+
+// Offer the export as a tar to save: its JSON, then each file of `digests` this device has (or
+// fetches from the server, keeping it). Returns the digests left out (on no device we can reach).
+export async function exportFile(filename, text, digests) {
+  const parts = [];
+  const mtime = Math.floor(Date.now() / 1000);
+  const add = (name, blob) => parts.push(tarHeader(name, blob.size, mtime), blob, new Uint8Array((512 - (blob.size % 512)) % 512));
+  add(EXPORT_MEMBER, new Blob([text]));
+  const left = [];
+  for (const sha256 of digests) {
+    let blob = await stored(sha256);
+    if (!blob && !(await want(sha256))[1]) blob = await stored(sha256);
+    if (blob) add(FILES + sha256, blob);
+    else left.push(sha256);
+  }
+  parts.push(new Uint8Array(1024)); // (the tar's end: two empty blocks)
+  const url = URL.createObjectURL(new Blob(parts, { type: "application/x-tar" }));
+  const link = Object.assign(document.createElement("a"), { href: url, download: filename });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  return left;
+}
+
+// A file chosen to import: {text, files}, the export's JSON and, from a tar, its files held
+// under tokens ({token, sha256, size} each: a slice of the tar, its bytes not read here).
+export async function readExport(file) {
+  const head = new Uint8Array(await file.slice(0, 512).arrayBuffer());
+  if (new TextDecoder().decode(head.subarray(257, 262)) !== "ustar") return { text: await file.text(), files: [] };
+  let text = "";
+  let longName = null; // (a pax header's path, for the member after it)
+  const files = [];
+  for (let offset = 0; offset + 512 <= file.size; ) {
+    const header = new Uint8Array(await file.slice(offset, offset + 512).arrayBuffer());
+    if (header.every((byte) => byte === 0)) break;
+    const field = (start, length) => new TextDecoder().decode(header.subarray(start, start + length)).replace(/\0[\s\S]*$/, "");
+    const prefix = field(345, 155);
+    const name = longName ?? (prefix ? `${prefix}/${field(0, 100)}` : field(0, 100));
+    const size = parseInt(field(124, 12).trim() || "0", 8);
+    const type = header[156] ? String.fromCharCode(header[156]) : "0";
+    const body = file.slice(offset + 512, offset + 512 + size);
+    longName = null;
+    if (type === "x") longName = / path=([^\n]*)\n/.exec(await body.text())?.[1] ?? null;
+    else if (type === "0" && name === EXPORT_MEMBER) text = await body.text();
+    else if (type === "0" && name.startsWith(FILES)) files.push({ token: hold(body).token, sha256: name.slice(FILES.length), size });
+    offset += 512 + Math.ceil(size / 512) * 512;
+  }
+  return { text, files };
 }

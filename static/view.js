@@ -146,7 +146,7 @@ export function setComposer(json) {
 // A message just sent from the composer, drawn by the page itself at once (whatever Python is
 // doing; before it has started, or while it is busy): {id, chat, text}, as "Saving on this
 // device…". Python's own drawing of the message, a moment later, morphs this node in place.
-export function showSending({ id, chat, text }) {
+export function showSending({ id, chat, text }, files = []) {
   const list = byId("messages");
   if (!list || byId(`m-${id}`) || byId("composer-text")?.dataset.chat !== chat) return;
   const item = fromHtml(`<li class="message user pending" data-state="saving" data-sending>
@@ -155,6 +155,22 @@ export function showSending({ id, chat, text }) {
   item.id = `m-${id}`;
   item.dataset.chat = chat;
   item.querySelector(".plain").textContent = text;
+  if (files.length) { // (as the composer's chips showed them: an image from its URL, else its name)
+    const shown = fromHtml('<ul class="files" aria-label="Attachments"></ul>');
+    for (const { name, src } of files) {
+      // (The elements Python draws, webapp/files.py: message_files, so that its drawing morphs
+      // them in place and the image is not loaded again; opened once Python has it.)
+      const file = fromHtml(src
+        ? '<li class="file image"><button type="button" class="thumb" data-action="view-image" disabled><img></button></li>'
+        : '<li class="file"><span class="name"></span></li>');
+      if (src) {
+        Object.assign(file.querySelector("img"), { src, alt: name });
+        file.querySelector("button").setAttribute("aria-label", `Open ${name}`);
+      } else file.querySelector(".name").textContent = name;
+      shown.append(file);
+    }
+    item.querySelector(".bubble").prepend(shown);
+  }
   list.append(item);
   const scroller = byId("scroller");
   follow = true;

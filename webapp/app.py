@@ -19,6 +19,7 @@ from shared.followups import MAX_QUEUED, Sender, send_next
 from shared.instructions import layers_for, system_message
 from shared.models import (
     UNFINISHED,
+    Attachment,
     Chat,
     DeltaFrame,
     DomainEvent,
@@ -35,7 +36,7 @@ from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
-from webapp.files import MAX_FILES, Files, FilesHost, TooLarge, any_image, composer_files, message_files
+from webapp.files import MAX_FILES, Files, FilesHost, Held, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
@@ -175,14 +176,18 @@ class Client:
         )
         self._uploads_task: asyncio.Task[None] | None = None
         self._refused: dict[str, list[str]] = {}  # chat -> files not attached, and why (until the next attach)
+        self._attaching: dict[str, list[Held]] = {}  # chat -> files being hashed and kept, shown meanwhile
+        self._attaches: dict[str, set[asyncio.Future[None]]] = {}  # chat -> its attaches under way
         self.pane = MessagePane(self.store, self.view, services.schedule_frame, self._message_files)
         self.chats = Chats(self.store, self.view, ChatsHost(
             selected=lambda: self.selected, open_chat=self._show_message, submit=self._submit_and_draw,
             kick=self.engine.kick, now=services.now, local_now=services.local_now,
+            export_files=self._export_files, restore_files=self._restore_files,
         ))  # fmt: skip
         self.choice = AssistantChoice(
-            self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files
-        )
+            self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files,
+            read_file=self.files.read if services.files is not None else None,
+        )  # fmt: skip
         self.choice.chat_preset = self._chat_preset
         self.steering = Steering(self.store, self.view, SteeringHost(
             submit=self._submit, now=services.now, new_id=services.new_id,
@@ -332,9 +337,10 @@ class Client:
     def _draw_composer_files(self) -> None:
         chat_id = self.selected or ""
         attached = [] if self.editing is not None else self.store.draft_files(chat_id)
+        attaching = [] if self.editing is not None else self._attaching.get(chat_id, [])
         refused = self._refused.get(chat_id, [])
         note = self.choice.image_note() if any_image(attached) else None  # (looked up only when needed: uploads redraw this)
-        self.view.set_html("composer-files", composer_files(attached, self.files, refused, note))
+        self.view.set_html("composer-files", composer_files(attached, self.files, refused, note, attaching))
 
     def _files_changed(self) -> None:
         """A file's upload moved on, or the page can show a file now."""
@@ -353,24 +359,46 @@ class Client:
         chat_id = str(data.get("chat", self.selected or ""))
         refused: list[str] = []
         have = len(self.store.draft_files(chat_id))
-        for held in data.get("files", []):
-            token, name = str(held["token"]), str(held.get("name", ""))
-            if have >= MAX_FILES:
-                assert self.s.files is not None
-                self.s.files.release(token)
-                refused.append(f"{name} is not attached: a message takes at most {MAX_FILES} files.")
-                continue
-            try:
-                attachment = await self.files.attach(token, name, str(held.get("type", "")), int(held["size"]))
-            except TooLarge as e:
-                refused.append(str(e))
-                continue
-            await self.store.add_draft_file(chat_id, attachment)
-            have += 1
+        # Shown at once, from the held files (name, size, an image as it is), until each is
+        # hashed and kept; a Send meanwhile waits for them (``_attached``).
+        pending = [self.files.pending(str(h["token"]), str(h.get("name", "")), str(h.get("type", "")), int(h["size"]))
+                   for h in data.get("files", [])]  # fmt: skip
+        attaching = self._attaching.setdefault(chat_id, [])
+        attaching += pending
+        done = asyncio.get_running_loop().create_future()
+        self._attaches.setdefault(chat_id, set()).add(done)
+        if chat_id == (self.selected or ""):
+            self._draw_composer_files()
+        try:
+            for held in pending:
+                if have >= MAX_FILES:
+                    self.files.let_go(held)
+                    refused.append(f"{held.name} is not attached: a message takes at most {MAX_FILES} files.")
+                    continue
+                try:
+                    attachment = await self.files.attach(held.token, held.name, held.mime, held.size)
+                except TooLarge as e:
+                    refused.append(str(e))
+                    continue
+                finally:
+                    attaching.remove(held)
+                await self.store.add_draft_file(chat_id, attachment)
+                have += 1
+        finally:
+            for held in pending:
+                if held in attaching:
+                    attaching.remove(held)
+            self._attaches[chat_id].discard(done)
+            done.set_result(None)
         self._refused[chat_id] = refused
         if chat_id == (self.selected or ""):
             self._draw_composer_files()
         self.chats.draw_list()  # (its Draft marks)
+
+    async def _attached(self, chat_id: str) -> None:
+        """Until the files being attached in the chat's composer are in its draft (or refused)."""
+        while self._attaches.get(chat_id):
+            await asyncio.wait(set(self._attaches[chat_id]))
 
     async def _on_remove_file(self, data: dict[str, Any]) -> None:
         chat_id = self.selected or ""
@@ -378,6 +406,36 @@ class Client:
         self._refused.pop(chat_id, None)
         self._draw_composer_files()
         self.chats.draw_list()
+
+    async def _export_files(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        if self.s.files is None:
+            return digests
+        return await self.s.files.export(filename, text, digests)
+
+    async def _restore_files(self, held: list[dict[str, Any]], messages: list[Message]) -> int:
+        """The files of an imported tar (held by the page, each named by its digest): those the
+        imported messages name are kept on this device, before the messages are, hashed again
+        (a file whose bytes are not its name is left out), and queued for upload; how many."""
+        named = {a.sha256: a for m in messages for a in m.attachments}
+        kept: list[Attachment] = []
+        for item in held:
+            token, digest = str(item["token"]), str(item["sha256"])
+            reference = named.get(digest)
+            if reference is None or self.s.files is None:
+                if self.s.files is not None:
+                    self.s.files.release(token)
+                continue
+            try:
+                attachment = await self.files.attach(token, reference.name, reference.mime, int(item["size"]))
+            except TooLarge:
+                continue
+            if attachment.sha256 == digest and digest not in {k.sha256 for k in kept}:
+                kept.append(reference)
+        if kept:
+            await self.store.enqueue_uploads(kept)
+            if self.uploads is not None:
+                self.uploads.kick()
+        return len(kept)
 
     async def _on_retry_upload(self, data: dict[str, Any]) -> None:
         if await self.store.retry_upload(str(data["sha256"])) and self.uploads is not None:
@@ -443,6 +501,10 @@ class Client:
             self._show_auth(ui.session_ended(attempt.username, str(e)) if resuming else ui.auth_form(str(e)))
             return
         same = previous is not None and previous.user_id == session.user_id
+        if previous is not None and not same:
+            # Another account replaces this device's copy: the files of the one before go first
+            # (a crash between the two leaves no file of theirs under the new account).
+            await self.files.clear()
         await self.store.set_account(Account(session.user_id, session.device_id, attempt.username))
         if same and resuming:  # the same chat, as it was: only the sync starts again
             self.view.set_html("session", "")
@@ -473,8 +535,7 @@ class Client:
             note = "The server could not be reached: this device is signed out, but the session ends on the server only when it expires."
         if data.get("remove"):
             await self.store.forget_account()
-            if self.s.files is not None:
-                await self.s.files.clear()
+            await self.files.clear()
         else:
             await self.store.mark_signed_out()
         self.selected, self.editing = None, None
@@ -545,6 +606,9 @@ class Client:
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if self.store.message(message_id) is not None:
             return  # saved already
+        await self._attached(draft_of)  # (a file attached just before Send goes with it)
+        if self.store.message(message_id) is not None:
+            return
         attached = tuple(self.store.draft_files(draft_of))
         if not text and not attached:
             return

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import DomainEvent, EventType, Message, Role, RunRequest
+from shared.prompt import BlobReader, prompt_turns
 from webapp import ui
 from webapp.calculator import CalculationError, calculate, parse
 from webapp.python_tool import MAX_ERROR, cut, run_python
@@ -133,8 +134,12 @@ class AssistantChoice:
         python_tool: Callable[[str], Awaitable[str]] | None,
         device_model: Callable[[str, str], Model] | None,
         on_change: Callable[[], None] = lambda: None,
+        read_file: BlobReader | None = None,
     ) -> None:
-        """``on_change``: called once the choice, or what is offered, is drawn anew."""
+        """``on_change``: called once the choice, or what is offered, is drawn anew; ``read_file``:
+        the bytes of an attached file on this device (what "Model on this device" is sent of
+        the files: shared/prompt.py, as the server's runs are)."""
+        self.read_file = read_file
         self.store = store
         self._on_change = on_change
         self.view = view
@@ -156,7 +161,9 @@ class AssistantChoice:
         device = self.device_model()
         if device and self.make_device_model is not None:
             model = self.make_device_model(device["url"], device["model"])
-            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model))
+            read = self.read_file
+            prompt = None if read is None else (lambda history: prompt_turns(history, False, read))  # (it reads no images)
+            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model, prompt=prompt))
         return [RemoteAssistant(a.id, a.name) for a in remote] + local
 
     def device_model(self) -> dict[str, str] | None:

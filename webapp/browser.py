@@ -313,6 +313,9 @@ class DomView:
 class PageFiles:
     """The page's side of attachments (static/files.js; webapp/files.py says who does what)."""
 
+    async def digest(self, token: str) -> str:
+        return str(await js.chatFiles.digest(token))
+
     async def slice(self, token: str, start: int, end: int) -> bytes:
         return bytes((await js.chatFiles.slice(token, start, end)).to_bytes())
 
@@ -326,6 +329,9 @@ class PageFiles:
     def held_url(self, token: str, sha256: str) -> str:
         return str(js.chatFiles.heldUrl(token, sha256))
 
+    def preview_url(self, token: str) -> str:
+        return str(js.chatFiles.previewUrl(token))
+
     def release(self, token: str) -> None:
         js.chatFiles.release(token)
 
@@ -335,6 +341,13 @@ class PageFiles:
     async def want(self, sha256: str) -> tuple[str | None, str | None]:
         url, why = (str(v) for v in await js.chatFiles.want(sha256))
         return url or None, why or None
+
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        found = await js.chatFiles.bytesOf(sha256)
+        return None if found is None else bytes(found.to_bytes())
+
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        return [str(d) for d in await js.chatFiles.exportFile(filename, text, to_js(digests))]
 
 
 class PageBlobs:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from shared.models import MAX_INSTRUCTIONS, Chat, ChatRef, DomainEvent, EventType
+from shared.models import MAX_INSTRUCTIONS, Chat, ChatRef, DomainEvent, EventType, Message
 from shared.transfer import Export, export_of, import_events
 from webapp import ui
 from webapp.store import LocalStore
@@ -89,6 +89,11 @@ class ChatsHost:
     kick: Callable[[], None]  # something new is in the outbox
     now: Callable[[], str]
     local_now: Callable[[], datetime]  # this device's time, with its UTC offset (the list's days)
+    # An export with files offered as a tar (filename, JSON, digests): the digests left out.
+    export_files: Callable[[str, str, list[str]], Awaitable[list[str]]]
+    # Files an imported tar held (token, sha256, size each) for the imported messages: how many
+    # were kept on this device (and queued for upload).
+    restore_files: Callable[[list[dict[str, Any]], list[Message]], Awaitable[int]]
 
 
 class Chats:
@@ -237,11 +242,23 @@ class Chats:
         return "\n".join(parts)
 
     async def on_export_all(self, data: dict[str, Any]) -> None:
+        """Everything as a file: the export's JSON, or with the messages' attached files a tar
+        of it and them (the format of ``python -m server export --with-files``)."""
         settings = self.store.settings()
         everything = export_of(
             self.store.chats(), self.store.all_messages(), self.host.now(), [settings] if settings else [], self.store.presets()
         )
-        self.view.download(f"chats-{self.host.now()[:10]}.json", "application/json", everything.model_dump_json(by_alias=True, indent=1))
+        text = everything.model_dump_json(by_alias=True, indent=1)
+        digests = sorted({a.sha256 for m in everything.messages for a in m.attachments})
+        if not digests:
+            self.view.download(f"chats-{self.host.now()[:10]}.json", "application/json", text)
+            return
+        left = await self.host.export_files(f"chats-{self.host.now()[:10]}.tar", text, digests)
+        kept = len(digests) - len(left)
+        note = f"Exported with {kept} file{'s' if kept != 1 else ''}."
+        if left:
+            note += f" {len(left)} not on this device and not reachable now: left out."
+        self.view.morph("data-note", note)
 
     async def on_import(self, data: dict[str, Any]) -> None:
         """Import a file made by Export: its chats and messages (and presets, and its settings
@@ -253,13 +270,15 @@ class Chats:
             self.view.morph("data-note", f"{data.get('name') or 'This file'} is not an export of this app: nothing was imported.")
             return
         events: list[DomainEvent] = import_events(document, self.host.now(), self.store.settings() is not None)
+        files = await self.host.restore_files(list(data.get("files") or []), document.messages)
         added = await self.store.add_imported(events)
         self.host.kick()
         chats = sum(1 for e in events if e.type is EventType.CHAT_CREATED)
         messages = sum(1 for e in events if e.type is EventType.MESSAGE_APPENDED)
+        with_files = f", {files} file{'s' if files != 1 else ''}" if data.get("files") else ""
         self.view.morph(
             "data-note",
-            f"Imported {chats} chat{'s' if chats != 1 else ''} and {messages} messages"
+            f"Imported {chats} chat{'s' if chats != 1 else ''} and {messages} messages{with_files}"
             f" ({len(events) - added} already on this device).",
         )
         self.draw_list()

@@ -1,13 +1,15 @@
 """Attachments on this device: a file attached in the composer, and the files messages carry.
 
 A file is attached in four steps, Python deciding and the page moving the bytes (static/files.js,
-``FilesHost``): the page holds the picked, dropped or pasted ``File`` under a token; Python reads
-it a slice at a time to hash it (SHA-256: the attachment's id), so no second copy of it is ever
-in memory; the page keeps the bytes in its IndexedDB under that hash, durably, before anything
-refers to them; then the reference (``Attachment``: hash, name, type, size, an image's size in
-pixels) joins the chat's draft (webapp/store.py: draft_files), which a reload or a killed
-browser keeps. Sending the message takes the draft's files with it and queues their upload
-(webapp/uploads.py) before the message is in the outbox.
+``FilesHost``): the page holds the picked, dropped or pasted ``File`` under a token (its chip
+shows at once, ``Held``); the page hashes it in a worker, a slice at a time as it reads it
+(SHA-256: the attachment's id), so no second copy of it is ever in memory (should the worker
+fail, Python reads and hashes it a slice at a time itself); the page keeps the bytes in its
+IndexedDB under that hash, durably, before anything refers to them; then the reference
+(``Attachment``: hash, name, type, size, an image's size in pixels) joins the chat's draft
+(webapp/store.py: draft_files), which a reload or a killed browser keeps. Sending the message
+takes the draft's files with it and queues their upload (webapp/uploads.py) before the message
+is in the outbox.
 
 A file a message carries is shown from this device's IndexedDB when it has it; otherwise the
 page fetches it from the server once, and keeps it (so it stays viewable offline). ``Files``
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -30,7 +33,9 @@ from typing import Protocol
 from shared.models import Attachment
 from webapp.uploads import UploadState
 
-SLICE_BYTES = 1024 * 1024  # read and hashed at a time (a slice is a short task on the page)
+log = logging.getLogger(__name__)
+
+SLICE_BYTES = 1024 * 1024  # read and hashed at a time here, if the page cannot hash (a short task)
 DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024  # the server's default (until it has said its own)
 MAX_FILES = 32  # per message (shared/models.py: MAX_ATTACHMENTS)
 
@@ -41,8 +46,13 @@ OFFLINE = "Not on this device yet: shown once online"
 class FilesHost(Protocol):
     """The page's side (static/files.js)."""
 
+    async def digest(self, token: str) -> str:
+        """The SHA-256 (hex) of the file held under ``token``, hashed by the page off its
+        thread as it reads it (static/hash-worker.js). Raises when the page cannot."""
+
     async def slice(self, token: str, start: int, end: int) -> bytes:
-        """Bytes start..end of the file held under ``token``."""
+        """Bytes start..end of the file held under ``token`` (Python hashes it so when the page
+        cannot)."""
 
     async def keep(self, token: str, sha256: str) -> None:
         """Store the held file in IndexedDB under ``sha256``, durably."""
@@ -52,6 +62,10 @@ class FilesHost(Protocol):
 
     def held_url(self, token: str, sha256: str) -> str:
         """An object URL of the held file (for its chip and its message)."""
+
+    def preview_url(self, token: str) -> str:
+        """An object URL of the held file before it is hashed (the same one ``held_url`` gives
+        then): its chip shows at once."""
 
     def release(self, token: str) -> None:
         """The page may let go of the held file."""
@@ -64,6 +78,15 @@ class FilesHost(Protocol):
         device does not have it), or None and why: "missing" (the server does not have it) or
         "offline"."""
 
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        """The bytes of a kept file (fetched from the server and kept first, if this device
+        does not have it), for a model on this device; None when they cannot be had."""
+
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        """Offer an export with files to save: a tar of ``text`` (``chat-export.json``) and the
+        files named (``files/<sha256>``), as ``python -m server export --with-files`` writes it,
+        each from this device, or fetched from the server and kept; the digests left out."""
+
 
 @dataclass(frozen=True)
 class Shown:
@@ -71,6 +94,18 @@ class Shown:
 
     url: str | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Held:
+    """A file the page holds, being hashed and kept: its chip shows meanwhile (an image from
+    ``url``, the held file itself)."""
+
+    token: str
+    name: str
+    mime: str
+    size: int
+    url: str | None
 
 
 class TooLarge(Exception):
@@ -87,6 +122,15 @@ class Files:
         self._wanted: set[str] = set()
         self.max_file_bytes = DEFAULT_MAX_FILE_BYTES
 
+    def pending(self, token: str, name: str, mime: str, size: int) -> Held:
+        """A file just picked, dropped or pasted, as its chip shows it until it is attached."""
+        url = self.host.preview_url(token) if self.host is not None and mime.startswith("image/") else None
+        return Held(token, name[:255] or "file", mime, size, url)
+
+    def let_go(self, held: Held) -> None:
+        if self.host is not None:
+            self.host.release(held.token)
+
     async def attach(self, token: str, name: str, mime: str, size: int) -> Attachment:
         """Hash the held file, keep it in IndexedDB, and return its reference. Raises TooLarge
         (with the sentence to show) over the limit, before anything is stored."""
@@ -95,11 +139,10 @@ class Files:
         if size > self.max_file_bytes:
             host.release(token)
             raise TooLarge(f"{name} is {size_text(size)}: the largest file the server takes is {size_text(self.max_file_bytes)}.")
-        digest = hashlib.sha256()
-        for start in range(0, size, SLICE_BYTES):
-            digest.update(await host.slice(token, start, min(size, start + SLICE_BYTES)))
-            await asyncio.sleep(0)  # (the page draws between slices)
-        sha256 = digest.hexdigest()
+        try:
+            sha256 = await host.digest(token)
+        except Exception:  # (the page's worker could not: hashed here, a slice at a time)
+            sha256 = await self._hashed_here(token, size)
         await host.keep(token, sha256)
         dims = await host.image_size(token) if mime.startswith("image/") else None
         self.shown[sha256] = Shown(url=host.held_url(token, sha256))
@@ -107,6 +150,32 @@ class Files:
         width, height = dims if dims is not None else (None, None)
         return Attachment(sha256=sha256, name=name[:255] or "file", mime=mime[:255] or "application/octet-stream",
                           size=size, width=width, height=height)  # fmt: skip
+
+    async def read(self, sha256: str) -> bytes | None:
+        """A file's bytes, for a model on this device (shared/prompt.py); None when they cannot
+        be had (the page's storage failing counts)."""
+        if self.host is None:
+            return None
+        try:
+            return await self.host.file_bytes(sha256)
+        except Exception:
+            log.exception("a file could not be read for a model on this device")
+            return None
+
+    async def clear(self) -> None:
+        """Remove every file kept on this device (its account's copy is being removed or
+        replaced by another account's), and forget what was shown of them."""
+        if self.host is not None:
+            await self.host.clear()
+        self.shown.clear()
+
+    async def _hashed_here(self, token: str, size: int) -> str:
+        assert self.host is not None
+        digest = hashlib.sha256()
+        for start in range(0, size, SLICE_BYTES):
+            digest.update(await self.host.slice(token, start, min(size, start + SLICE_BYTES)))
+            await asyncio.sleep(0)  # (the page draws between slices)
+        return digest.hexdigest()
 
     def show(self, sha256: str) -> Shown:
         """What to draw for the file now; asks the page for it the first time (drawn again when
@@ -168,10 +237,13 @@ def _picture(attachment: Attachment, shown: Shown) -> str:
     return f'<img alt="{name}"{size}{src}>'
 
 
-def composer_files(attachments: list[Attachment], files: Files, refused: list[str], image_note: str | None = None) -> str:
-    """The chips of the files attached in the composer, each with Remove NAME; the files
-    refused, each with why; and, when there are images, ``image_note`` (why the chosen assistant
-    will not see them), before anything is sent."""
+def composer_files(
+    attachments: list[Attachment], files: Files, refused: list[str], image_note: str | None = None, attaching: list[Held] | None = None
+) -> str:
+    """The chips of the files attached in the composer, each with Remove NAME; those still being
+    attached (``attaching``: hashed and kept), shown as they are meanwhile; the files refused,
+    each with why; and, when there are images, ``image_note`` (why the chosen assistant will not
+    see them), before anything is sent."""
     chips = []
     for a in attachments:
         shown = files.show(a.sha256)
@@ -180,6 +252,14 @@ def composer_files(attachments: list[Attachment], files: Files, refused: list[st
             f'<li class="chip">{thumb}<span class="name">{escape(a.name)}</span> <span class="size">{size_text(a.size)}</span>'
             f'<button type="button" class="remove" data-action="remove-file" data-sha256="{a.sha256}" '
             f'aria-label="Remove {escape(a.name)}" title="Remove">×</button></li>'
+        )
+    for held in attaching or []:
+        name = escape(held.name)
+        src = f' src="{escape(held.url)}"' if held.url else ""
+        thumb = f'<span class="thumb"><img alt="{name}"{src}></span>' if held.url else ""
+        chips.append(
+            f'<li class="chip attaching">{thumb}<span class="name">{name}</span> <span class="size">{size_text(held.size)}</span>'
+            f' <span class="note">Attaching…</span></li>'
         )
     chips += [f'<li class="chip refused" role="alert">{escape(reason)}</li>' for reason in refused]
     if image_note and any_image(attachments):

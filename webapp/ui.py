@@ -107,10 +107,11 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
   <button type="button" class="secondary open-settings" data-action="open-settings">Settings</button>
   <details class="settings">
     <summary>Your data</summary>
-    <p>Everything is kept on this device. Export works offline; an import is sent to the server
-    like any change (importing a file twice changes nothing).</p>
-    <button type="button" data-action="export-all">Export everything (JSON)</button>
-    <label class="file">Import (JSON) <input type="file" accept="application/json,.json" data-import></label>
+    <p>Everything is kept on this device. Export works offline (JSON; a tar with the attached
+    files when there are some); an import is sent to the server like any change (importing a
+    file twice changes nothing).</p>
+    <button type="button" data-action="export-all">Export everything</button>
+    <label class="file">Import an export <input type="file" accept="application/json,.json,application/x-tar,.tar" data-import></label>
     <p id="data-note" class="note" role="status"></p>
   </details>
   <details class="settings">

@@ -168,6 +168,17 @@ def test_a_model_on_this_device_streams_into_the_chat(contexts: Contexts, server
     expect(page.locator(".message.assistant.completed .content")).to_have_text(full_answer(40), timeout=20_000)
     assert upstream.requests[0]["messages"] == [{"role": "user", "content": "Hello, model"}]
     expect(page.locator(".message.pending")).to_have_count(0, timeout=20_000)  # and sent like any message
+
+    # A text file goes to it as text with its name, as the server's runs send it (shared/prompt.py).
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Attach files").click()
+    chooser.value.set_files({"name": "notes.md", "mimeType": "text/markdown", "buffer": b"# Notes\nthe password is swordfish\n"})
+    expect(page.get_by_role("button", name="Remove notes.md")).to_be_visible()
+    send(page, "What is in my notes?", assistant="on-device")
+    expect(page.locator(".message.assistant.completed")).to_have_count(2, timeout=20_000)
+    asked = upstream.requests[1]["messages"][-1]
+    assert asked["role"] == "user" and asked["content"].startswith("What is in my notes?")
+    assert 'The attached file "notes.md":\n```\n# Notes\nthe password is swordfish\n\n```' in asked["content"]
     context.close()
 
 

@@ -2,7 +2,8 @@
 a reload, uploaded once when online, shown on another device and kept there for offline use;
 pasted and dropped; refused over the limit with words, the text kept; an upload cut by a killed
 browser resumed from the server's offset; an image reaching a model that reads images as a
-data-URL content part, and a model that does not named before Send."""
+data-URL content part, and a model that does not named before Send; Export everything as a tar
+with the files, imported into another account, which then holds them."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, Playwright, Route, expect
 
+from server.transfer import _read_tar
 from tests.e2e.contexts import Contexts
-from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, wait_for_service_worker, wait_until
+from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, signed_up, wait_for_service_worker, wait_until
 from tests.e2e.profiles import kill, launch, reopened, signed_up_in_a_profile
 from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
@@ -147,6 +149,48 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     assert bytes_received(server) - before == len(picture) + len(notes)  # (nothing sent twice)
     a_context.close()
     b_context.close()
+
+
+def test_export_everything_carries_the_files_and_importing_it_elsewhere_restores_them(
+    contexts: Contexts, server: Server, load: str, tmp_path: Path
+) -> None:
+    picture = png(640, 480, seed=int(uuid.uuid4().int % 250))
+    notes = b"notes " + uuid.uuid4().hex.encode()
+    page = signed_up(contexts, server)
+    attach(page, {"name": "cat.png", "mimeType": "image/png", "buffer": picture}, {"name": "notes.txt", "mimeType": "text/plain", "buffer": notes})
+    expect(page.get_by_role("button", name="Remove notes.txt")).to_be_visible()
+    send(page, "with two files")
+    expect(page.locator(".message", has_text="with two files").locator("[data-upload]")).to_have_count(0, timeout=30_000)
+
+    page.get_by_text("Your data").click()
+    with page.expect_download() as everything:
+        page.get_by_role("button", name="Export everything").click()
+    assert everything.value.suggested_filename.endswith(".tar")
+    raw = Path(everything.value.path()).read_bytes()
+    text, files = _read_tar(raw)  # (the format `python -m server import` reads)
+    assert files == {hashlib.sha256(picture).hexdigest(): picture, hashlib.sha256(notes).hexdigest(): notes}
+    assert {m["content"] for m in json.loads(text)["messages"]} == {"with two files"}
+    expect(page.get_by_role("status").filter(has_text="Exported")).to_have_text("Exported with 2 files.")
+    tar = tmp_path / "chats.tar"
+    tar.write_bytes(raw)
+
+    other = signed_up(contexts, server)  # another account
+    before = bytes_received(server)
+    other.get_by_text("Your data").click()
+    other.get_by_label("Import an export").set_input_files(tar)
+    expect(other.get_by_role("status").filter(has_text="Imported")).to_have_text(
+        "Imported 1 chat and 1 messages, 2 files (0 already on this device)."
+    )
+    other.locator(".chat-item", has_text="with two files").click()
+    message = other.locator(".message", has_text="with two files")
+    wait_until(other, lambda: image_shown(other, "cat.png"), "the imported image is shown from this device")
+    expect(message.locator("[data-upload]")).to_have_count(0, timeout=30_000)  # uploaded: the account holds them
+    for data in (picture, notes):
+        got = other.request.get(f"/blobs/{hashlib.sha256(data).hexdigest()}")
+        assert got.status == 200 and got.body() == data
+    assert bytes_received(server) - before == len(picture) + len(notes)  # (each sent once by this account)
+    page.context.close()
+    other.context.close()
 
 
 def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_in_words(contexts: Contexts, server: Server) -> None:

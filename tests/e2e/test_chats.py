@@ -123,7 +123,7 @@ def test_export_as_markdown_and_json_and_an_import_twice_is_once(contexts: Conte
 
     page.get_by_text("Your data").click()
     with page.expect_download() as everything:
-        page.get_by_role("button", name="Export everything (JSON)").click()
+        page.get_by_role("button", name="Export everything").click()
     exported = json.loads(Path(everything.value.path()).read_text())
     assert exported["format"] == "chat-export" and len(exported["chats"]) == 1 and len(exported["messages"]) == 2
     assert {m["content"] for m in exported["messages"]} == {"# Plan\nBuy **milk**", "and bread"}
@@ -132,7 +132,7 @@ def test_export_as_markdown_and_json_and_an_import_twice_is_once(contexts: Conte
 
     other = signed_up(contexts, server)  # another account
     other.get_by_text("Your data").click()
-    other.get_by_label("Import (JSON)").set_input_files(file)
+    other.get_by_label("Import an export").set_input_files(file)
     expect(other.get_by_role("status").filter(has_text="Imported")).to_have_text(
         "Imported 1 chat and 2 messages (0 already on this device)."
     )
@@ -145,7 +145,7 @@ def test_export_as_markdown_and_json_and_an_import_twice_is_once(contexts: Conte
     expect_ids = sorted(m["id"] for m in exported["messages"])
     other.wait_for_function("() => !document.querySelector('.marker.unsent')")  # all delivered
     assert server_state() == {"chats": ["New chat", "Plan"], "messages": expect_ids}
-    other.get_by_label("Import (JSON)").set_input_files(file)
+    other.get_by_label("Import an export").set_input_files(file)
     expect(other.get_by_role("status").filter(has_text="Imported")).to_have_text(
         "Imported 1 chat and 2 messages (3 already on this device)."
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from server import blobs
 from server.blobs import (
     ROW_BYTES,
     BlobMissing,
@@ -287,3 +288,60 @@ async def test_names_that_are_not_digests_are_refused(stores: tuple[Opener, Cloc
             await store.received(OWNER, bad)
     with pytest.raises(ValueError):
         await store.append("../x", digest(DATA), 0, DATA)
+
+
+async def test_appends_through_two_processes_in_turn_are_checked_whole(stores: tuple[Opener, Clock]) -> None:
+    """Chunks of one upload land on two processes in turn (and the last on either): the
+    digest checked is the whole file's, right or wrong."""
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    sha = digest(DATA)
+    for last, other in ((one, two), (two, one)):
+        await last.append(OWNER, sha, 0, DATA[:100])
+        await other.append(OWNER, sha, 100, DATA[100:300])
+        await last.append(OWNER, sha, 300, DATA[300:])
+        assert await last.complete(OWNER, sha) == len(DATA)
+    wrong = DATA[:200] + b"?" + DATA[201:]
+    await one.append(OTHER, sha, 0, wrong[:100])
+    await two.append(OTHER, sha, 100, wrong[100:300])
+    await one.append(OTHER, sha, 300, wrong[300:])
+    with pytest.raises(HashMismatch):
+        await one.complete(OTHER, sha)
+
+
+async def test_an_upload_begun_again_elsewhere_is_checked_for_its_new_bytes(stores: tuple[Opener, Clock]) -> None:
+    """One process appended the right start; another discarded the upload and began it again
+    with other bytes of the same length; the first goes on at the same offset: the file is
+    checked as it is, not as the first process wrote it."""
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    sha = digest(DATA)
+    await one.append(OWNER, sha, 0, DATA[:300])
+    await two.discard(OWNER, sha)
+    await two.append(OWNER, sha, 0, b"?" * 300)
+    await one.append(OWNER, sha, 300, DATA[300:])
+    with pytest.raises(HashMismatch) as refused:
+        await one.complete(OWNER, sha)
+    assert refused.value.actual == digest(b"?" * 300 + DATA[300:])
+
+
+async def test_a_file_store_completes_an_upload_of_its_own_without_reading_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each append hashes its chunk as it writes it: completing reads the partial file only when
+    another process (or this one before a restart) wrote some of it."""
+    reads: list[int] = []
+    whole = blobs._Hashed.of
+    monkeypatch.setattr(blobs._Hashed, "of", staticmethod(lambda f, size: reads.append(size) or whole(f, size)))
+    store = FileBlobStore(tmp_path / "data", Clock())
+    await store.open()
+    sha = digest(DATA)
+    for start in range(0, len(DATA), 100):
+        await store.append(OWNER, sha, start, DATA[start : start + 100])
+    assert await store.complete(OWNER, sha) == len(DATA) and reads == []
+    again = FileBlobStore(tmp_path / "data", Clock())  # (a restart mid-upload)
+    await store.append(OTHER, sha, 0, DATA[:100])
+    await again.append(OTHER, sha, 100, DATA[100:])
+    assert await again.complete(OTHER, sha) == len(DATA) and reads == [len(DATA)]
+    await store.close()
+    await again.close()

@@ -113,6 +113,7 @@ async def test_versioned_vendor_files_are_immutable_and_the_shell_revalidates(cl
     immutable = [
         f"/static/{PYODIDE}/pyodide.mjs", f"/static/{PYODIDE}/pyodide.asm.mjs", f"/static/{PYODIDE}/pyodide.asm.wasm",
         f"/static/{IDIOMORPH}/idiomorph.esm.js", *(f"/static/vendor/{p['file_name']}" for p in lock["packages"].values()),
+        *(f"/static/{p.relative_to(STATIC)}" for p in (STATIC / "vendor/hash-wasm").glob("*/sha256.umd.min.js")),
     ]  # fmt: skip
     revalidated = [
         "/", "/sw.js", "/py/app.zip", "/static/app.js", "/static/index.html", "/static/vendor/app-lock.json",
@@ -137,12 +138,15 @@ def test_the_pages_load_pyodide_and_idiomorph_from_the_versioned_paths() -> None
     assert "/static/vendor/pyodide/" not in (STATIC / "app.js").read_text()  # (python-start.js starts it)
     assert f'from "/static/{IDIOMORPH}/idiomorph.esm.js"' in (STATIC / "view.js").read_text()
     setup = (ROOT / "scripts/setup").read_text()
-    pins = dict(re.findall(r"^(PYODIDE_VERSION|IDIOMORPH_VERSION)=(\S+)$", setup, re.M))
+    pins = dict(re.findall(r"^(PYODIDE_VERSION|IDIOMORPH_VERSION|HASH_WASM_VERSION)=(\S+)", setup, re.M))
     assert PYODIDE == f"vendor/pyodide/{pins['PYODIDE_VERSION']}"
     assert IDIOMORPH == f"vendor/idiomorph/{pins['IDIOMORPH_VERSION']}"
+    hash_wasm = f"/static/vendor/hash-wasm/{pins['HASH_WASM_VERSION']}/sha256.umd.min.js"
+    assert f'importScripts("{hash_wasm}")' in (STATIC / "hash-worker.js").read_text()
     precache = Assets.load(STATIC).precache
     assert f"/static/{PYODIDE}/pyodide.asm.wasm" in precache and "/static/vendor/python_stdlib.zip" in precache
-    assert f"/static/{IDIOMORPH}/idiomorph.esm.js" in precache
+    assert f"/static/{IDIOMORPH}/idiomorph.esm.js" in precache and hash_wasm in precache
+    assert "/static/hash-worker.js" in precache
 
 
 async def test_precompressed_variants_are_not_served_by_their_own_names(client: Client) -> None:

@@ -1,5 +1,5 @@
 """Assistant runs of messages with attachments, through the real app and the fake upstream
-(server/prompt.py): an image reaches a vision model as a data-URL content part with exactly the
+(shared/prompt.py): an image reaches a vision model as a data-URL content part with exactly the
 file's bytes, on later turns too; a model without vision is told what was left out; text files
 and PDFs go as text; a run waits for an attachment that has not reached the server, then goes;
 the demo model names the attachments."""
@@ -17,7 +17,7 @@ from quart import Quart
 from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
-from server.prompt import pdf_text
+from shared.prompt import pdf_text
 from tests.fake_upstream import FakeUpstream
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, new_id

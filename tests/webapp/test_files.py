@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import os
+import tarfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,14 +19,17 @@ from hypothesis import strategies as st
 from quart import Quart
 
 from server.app import create_app
+from server.transfer import EXPORT_MEMBER, _read_tar
+from server.transfer import FILES as FILES_MEMBERS
 from shared.ids import Uuid7Generator
 from tests.waiting import until
 from tests.webapp.inprocess import InProcessTransport
 from tests.webapp.page import FakePage
-from tests.webapp.test_client import TICKS, FakeAuth, OfflineTransport
+from tests.webapp.test_client import TICKS, EchoModel, FakeAuth, OfflineTransport
 from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern, settings_for  # noqa: F401 (app: a fixture)
 from webapp import uploads
 from webapp.app import Client, Services
+from webapp.assistants import DEVICE_MODEL_ID
 from webapp.database import FilePersistence
 from webapp.files import OFFLINE, Files
 from webapp.store import LocalStore
@@ -43,12 +48,19 @@ class Disk:
     def __init__(self) -> None:
         self.held: dict[str, tuple[bytes, str]] = {}
         self.kept: dict[str, bytes] = {}
-        self.sliced = 0  # the most bytes asked for at once
+        self.sliced = 0  # the most bytes Python asked for at once
+        self.hashes = True  # (False: the page's worker fails, Python hashes the file itself)
+        self.exported: tuple[str, bytes] | None = None
 
     def hold(self, data: bytes, mime: str) -> str:
         token = f"held-{len(self.held)}"
         self.held[token] = (data, mime)
         return token
+
+    async def digest(self, token: str) -> str:
+        if not self.hashes:
+            raise RuntimeError("the hashing worker failed")
+        return hashlib.sha256(self.held[token][0]).hexdigest()  # (as the page's worker does, a slice at a time)
 
     async def slice(self, token: str, start: int, end: int) -> bytes:
         self.sliced = max(self.sliced, end - start)
@@ -63,6 +75,9 @@ class Disk:
     def held_url(self, token: str, sha256: str) -> str:
         return f"blob:held/{sha256}"
 
+    def preview_url(self, token: str) -> str:
+        return f"blob:preview/{token}"
+
     def release(self, token: str) -> None:
         self.held.pop(token, None)
 
@@ -71,6 +86,25 @@ class Disk:
 
     async def want(self, sha256: str) -> tuple[str | None, str | None]:
         return (f"blob:kept/{sha256}", None) if sha256 in self.kept else (None, "offline")
+
+    async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
+        """As the page does: a tar of the JSON and the files kept here (the CLI's format)."""
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in [(EXPORT_MEMBER, text.encode())] + [(FILES_MEMBERS + d, self.kept[d]) for d in digests if d in self.kept]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        self.exported = (filename, out.getvalue())
+        return [d for d in digests if d not in self.kept]
+
+    def hold_export(self, raw: bytes) -> tuple[str, list[dict[str, object]]]:
+        """As the page does with a tar chosen to import: its JSON, and its files held."""
+        text, files = _read_tar(raw)
+        return text.decode(), [{"token": self.hold(data, ""), "sha256": d, "size": len(data)} for d, data in files.items()]
+
+    async def file_bytes(self, sha256: str) -> bytes | None:
+        return self.kept.get(sha256)
 
     async def size(self, sha256: str) -> int | None:
         data = self.kept.get(sha256)
@@ -126,7 +160,12 @@ async def test_attached_files_are_kept_before_the_draft_names_them_and_come_back
     notes = pattern(3 * 1024 * 1024 + 5, seed=1)
     await attach(client, disk, PNG, "cat.png", "image/png")
     await attach(client, disk, notes, "notes.txt", "text/plain")
-    assert disk.sliced == 1024 * 1024  # hashed a slice at a time, never the whole file at once
+    assert disk.sliced == 0  # hashed by the page: no byte of it came into Python
+    disk.hashes = False  # the page's worker failing: Python hashes a slice at a time, never the whole file
+    await attach(client, disk, notes + b"!", "more.txt", "text/plain")
+    assert disk.sliced == 1024 * 1024 and client.store.draft_files(chat)[-1].sha256 == sha(notes + b"!")
+    await client.dispatch("remove-file", {"sha256": sha(notes + b"!")})
+    disk.kept.pop(sha(notes + b"!"))
     assert set(disk.kept) == {sha(PNG), sha(notes)} and not disk.held  # kept, and let go of by the page
     chips = page.regions["composer-files"]
     assert 'aria-label="Remove cat.png"' in chips and 'aria-label="Remove notes.txt"' in chips
@@ -300,3 +339,126 @@ async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_upl
         assert received[digest] == len(disk.kept[digest])  # every byte once
     assert set(received) <= sent
     client.store.close()
+
+
+@pytest.mark.parametrize("how", ["another account signs in", "signed out, kept, another signs in", "signed out and removed"])
+async def test_the_files_of_an_account_leave_the_device_on_every_path_that_replaces_or_removes_it(
+    tmp_path: Path, how: str
+) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "a cat", "chat": client.selected, "assistant": ""})
+    assert set(disk.kept) == {sha(PNG)} and client.files.shown
+    if how == "signed out and removed":
+        await client.dispatch("confirm-signout", {"remove": True})
+    else:
+        if how.startswith("signed out"):
+            await client.dispatch("confirm-signout", {})
+            assert set(disk.kept) == {sha(PNG)}  # (kept for ann's next sign-in)
+        await client.dispatch("signin", {"username": "bob", "password": "right one"})
+        if client._signin is not None:  # (ann's unsent message: given up when asked)
+            await client.dispatch("confirm-replace-account", {})
+        assert client.store.account().username == "bob"  # type: ignore[union-attr]
+    assert disk.kept == {} and client.files.shown == {}
+
+
+async def test_the_same_account_signing_in_again_keeps_its_files(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("confirm-signout", {})
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert set(disk.kept) == {sha(PNG)} and [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
+
+
+async def test_export_everything_carries_the_files_and_an_import_keeps_and_queues_those_its_messages_name(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "ann.db", disk)
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "a cat", "chat": client.selected, "assistant": ""})
+    await client.dispatch("export-all", {})
+    assert disk.exported is not None and page.regions["data-note"] == "Exported with 1 file."
+    filename, raw = disk.exported
+    assert filename == f"chats-{T[:10]}.tar"
+    text, files = _read_tar(raw)  # (what `python -m server import` reads)
+    assert files == {sha(PNG): PNG} and "cat.png" in text.decode()
+
+    other = Disk()
+    client, page = await signed_in(tmp_path / "bob.db", other)
+    text_of, held = other.hold_export(raw)
+    stray = other.hold(b"no message names this", "")
+    held.append({"token": stray, "sha256": sha(b"no message names this"), "size": 21})
+    await client.dispatch("import", {"name": "chats.tar", "text": text_of, "files": held})
+    assert page.regions["data-note"] == "Imported 1 chat and 1 messages, 1 file (0 already on this device)."
+    assert set(other.kept) == {sha(PNG)} and not other.held  # kept (the stray let go), none held
+    assert client.store.upload_state(sha(PNG)).sentence == "Waiting for the connection"  # type: ignore[union-attr]
+    [message] = [m for m in client.store.all_messages() if m.content == "a cat"]
+    assert [a.sha256 for a in message.attachments] == [sha(PNG)]
+
+
+async def test_export_everything_without_files_is_the_json(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "ann.db", disk)
+    await client.dispatch("send", {"text": "no files", "chat": client.selected, "assistant": ""})
+    await client.dispatch("export-all", {})
+    [(filename, mime, text)] = page.downloads
+    assert filename.endswith(".json") and mime == "application/json" and '"no files"' in text and disk.exported is None
+
+
+class SlowDisk(Disk):
+    """A page whose IndexedDB is slow to keep a file (until ``go`` is set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def keep(self, token: str, sha256: str) -> None:
+        await self.go.wait()
+        await super().keep(token, sha256)
+
+
+async def test_a_file_shows_at_once_while_it_is_attached_and_a_send_meanwhile_takes_it(tmp_path: Path) -> None:
+    disk = SlowDisk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    token = disk.hold(PNG, "image/png")
+    attaching = asyncio.ensure_future(
+        client.dispatch("attach", {"chat": chat, "files": [{"token": token, "name": "cat.png", "type": "image/png", "size": len(PNG)}]})
+    )
+    await until(lambda: "Attaching…" in page.regions.get("composer-files", ""))
+    chips = page.regions["composer-files"]
+    assert f'<img alt="cat.png" src="blob:preview/{token}">' in chips and "Remove cat.png" not in chips  # (not removable yet)
+    sending = asyncio.ensure_future(client.dispatch("send", {"text": "this cat", "chat": chat, "assistant": ""}))
+    await _settle()
+    assert not sending.done() and client.store.messages(chat) == []  # the send waits for the file
+    disk.go.set()
+    await attaching
+    await sending
+    [message] = client.store.messages(chat)
+    assert message.content == "this cat" and [a.name for a in message.attachments] == ["cat.png"]
+    assert client.store.draft_files(chat) == [] and "Attaching" not in page.regions["composer-files"]
+
+
+async def test_a_model_on_this_device_is_sent_a_text_file_as_text_and_told_an_image_was_left_out(tmp_path: Path) -> None:
+    """The same content parts as the server's runs build (shared/prompt.py), from this device's files."""
+    model, disk, page = EchoModel(), Disk(), FakePage()
+    services = Services(
+        store=LocalStore(str(tmp_path / "local.db"), FilePersistence()), view=page, auth=FakeAuth(),
+        transport=OfflineTransport(), new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T,  # type: ignore[arg-type]
+        device_model=lambda url, name: model, schedule_frame=page.schedule_frame, files=disk,  # type: ignore[arg-type,return-value]
+    )  # fmt: skip
+    client = Client(services)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})
+    await attach(client, disk, b"line one\nline two\n", "notes.md", "text/markdown")
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    await client.dispatch("send", {"text": "read these", "chat": client.selected, "assistant": DEVICE_MODEL_ID})
+    await until(lambda: bool(model.asked))
+    [turn] = model.asked[0]
+    assert turn.content.startswith("read these")
+    assert 'The attached file "notes.md":\n```\nline one\nline two\n\n```' in turn.content
+    assert '[The attached file "cat.png" (image/png) was left out: this assistant does not read images.]' in turn.content
+    assert not turn.parts  # (no image part: it reads none)

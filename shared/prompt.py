@@ -1,6 +1,9 @@
-"""What a server-side run sends the model: the conversation along its branch (shared/assistants.py's
-``turns_of``), with each user message's attachments made into what the model reads, here and
-now, from the blobs the account holds (nothing of it is stored: the next turn builds it again).
+"""What a model is sent: the conversation along its branch (shared/assistants.py's ``turns_of``),
+with each user message's attachments made into what the model reads, here and now, from the
+bytes of each file (nothing of it is stored: the next turn builds it again). The server's runs
+read the blobs the account holds (server/runs.py); "Model on this device" reads the page's
+IndexedDB (webapp/assistants.py). Runs under CPython and Pyodide (pypdf is imported only for a
+PDF: where it is not installed, the browser, a PDF is left out with a note).
 
 * An image (PNG, JPEG, GIF, WebP, by the server's sniffing) goes to an assistant with
   ``vision`` as an OpenAI content part ``{"type": "image_url", "image_url": {"url":
@@ -18,21 +21,21 @@ import asyncio
 import base64
 import io
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pypdf
-
-from server.blobs import IMAGE_TYPES, PDF_TYPE, SNIFF_BYTES, TEXT_TYPE, sniff
 from shared.assistants import Turn, turns_of
 from shared.models import Attachment, Message
+from shared.sniff import IMAGE_TYPES, PDF_TYPE, SNIFF_BYTES, TEXT_TYPE, sniff
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_CHARS = 100_000  # of one file's text
 MAX_TEXT_CHARS = 400_000  # of all the files' text in one request
 
-# The bytes of a blob the account holds, or None when it is not on the server.
+# The bytes of a file by its digest, or None when they cannot be had (not on the server; not on
+# this device nor reachable).
 BlobReader = Callable[[str], Awaitable[bytes | None]]
 
 
@@ -77,7 +80,7 @@ async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, budget: 
         if kind == TEXT_TYPE:
             content = data.decode("utf-8", errors="replace")
         elif kind == PDF_TYPE:
-            read_text = await asyncio.to_thread(pdf_text, data)
+            read_text = pdf_text(data) if sys.platform == "emscripten" else await asyncio.to_thread(pdf_text, data)
             if read_text is None:
                 text += _note(attachment, "(a PDF) was left out: no text could be read from it")
                 continue
@@ -108,9 +111,11 @@ def _file(attachment: Attachment, content: str, budget: list[int]) -> str:
 def pdf_text(data: bytes) -> str | None:
     """The text of a PDF's pages, or None when there is none or the file cannot be read."""
     try:
+        import pypdf  # (not in the browser: a PDF is left out there)
+
         reader = pypdf.PdfReader(io.BytesIO(data))
         text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages).strip()
-    except Exception as e:  # (a broken or encrypted PDF: pypdf raises many kinds)
+    except Exception as e:  # (a broken or encrypted PDF: pypdf raises many kinds; no pypdf here)
         log.info("a PDF's text could not be read: %s", e)
         return None
     return text or None
