@@ -32,9 +32,9 @@ from shared.followups import queue_state
 from shared.models import Message
 
 COUNTS = ("lost", "duplicated", "divergent", "order", "stuck", "typed-lost", "attachments", "continuations")
-# What a page may lose of what was typed just before it was killed: static/pending.js keeps the
-# composer's text in localStorage at once, so this is the margin of the kill itself.
-TYPED_WINDOW = 1.0
+# What a page may lose of what was typed just before it was killed: the README promises every
+# character typed 150 ms before a SIGKILL (static/pending.js keeps each keystroke at once).
+TYPED_WINDOW = 0.15
 TAG = re.compile(r"\[(q[0-9a-z-]+)\]")
 # The fields of a message two readers must agree on.
 FIELDS = ("chat", "role", "content", "status", "parent", "run", "files")
@@ -171,6 +171,8 @@ def _duplicated(
     replies = {m["id"]: m for m in messages.values() if m["role"] == "assistant"}
     reply_parent = {s["entity"]: s.get("parent") for s in saves if s["type"] == "AssistantRunRequested"}
     for s in saves:
+        if s.get("asked"):  # (a browser's question sent with an assistant: one run)
+            asked[tag_of(s["text"])].add(s["event"])
         if s["event"] not in accepted:
             continue
         if s["type"] == "AssistantRunRequested":
@@ -260,7 +262,9 @@ def _typed(report: Report, records: list[dict[str, Any]]) -> None:
         if r["op"] == "typed":
             typed[r["browser"]].append(r)
         elif r["op"] == "reopened":
-            before = [t for t in typed[r["browser"]] if t["t"] <= r["killed"] - TYPED_WINDOW]
-            if before and before[-1]["text"] not in r["composer"]:
+            if r["composer"] is None:  # (its chat was deleted meanwhile: no composer to look at)
+                continue
+            before = [t for t in typed[r["browser"]] if t["chat"] == r["chat"] and t["t"] <= r["killed"] - TYPED_WINDOW]
+            if before and before[-1]["text"].strip() not in r["composer"]:
                 report.add("typed-lost", f"{r['browser']}'s composer lost {before[-1]['text']!r} typed at {before[-1]['t']} s")
             typed[r["browser"]] = []

@@ -17,6 +17,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from playwright.async_api import Playwright, async_playwright
+
+from server.chaos.browsers import BrowserDevice, drive_browser
 from server.chaos.checker import COUNTS, Report, check
 from server.chaos.devices import PASSWORD, EngineDevice, row_of
 from server.chaos.history import History, load
@@ -70,6 +73,8 @@ async def run(args: argparse.Namespace) -> int:
              "browsers": args.browsers, "database": "PostgreSQL" if world.schema else "SQLite"}
         )  # fmt: skip
         devices: list[EngineDevice] = []
+        browsers: list[BrowserDevice] = []
+        playwright: Playwright | None = None
         try:
             await world.start()
             print(f"chaos: seed {seed}, {len(world.servers)} servers on {world.database_url.split('?')[0]}", file=sys.stderr)
@@ -78,21 +83,41 @@ async def run(args: argparse.Namespace) -> int:
                 await device.sign_in(USERNAME, signup=i == 0)
                 device.start()
                 devices.append(device)
+            if args.browsers:
+                playwright = await async_playwright().start()
+                for i in range(args.browsers):
+                    url = world.urls[(args.devices + i) % len(world.urls)]
+                    browser = BrowserDevice(f"b{i + 1}", directory, url, history, random.Random(f"{seed}-b{i + 1}"), playwright)
+                    await browser.sign_in(USERNAME)
+                    browsers.append(browser)
+
+            async def browser_fault(rng: random.Random) -> str | None:
+                browser = rng.choice(browsers)
+                await browser.kill_and_reopen()
+                return browser.name
+
             kinds = tuple(k for k in args.faults.split(",") if k)
-            nemesis = Nemesis(world, devices, history, random.Random(f"{seed}-nemesis"), kinds)
+            nemesis = Nemesis(world, devices, history, random.Random(f"{seed}-nemesis"), kinds, browser_fault if browsers else None)
             until = time.monotonic() + args.seconds
             workloads = [Workload(d, d.rng) for d in devices]
             jobs = [asyncio.ensure_future(drive(w, until, args.interval)) for w in workloads]
+            jobs += [asyncio.ensure_future(drive_browser(b, until, args.interval * 4)) for b in browsers]
             jobs.append(asyncio.ensure_future(nemesis.run(until, args.faults_every)))
             await asyncio.gather(*jobs)
             history.record({"op": "heal"})
             await nemesis.heal()
-            server = await settle(world, devices, history, args.heal_seconds)
+            server = await settle(world, devices, browsers, history, args.heal_seconds)
             for device in devices:
                 history.record(device.final())
+            for browser in browsers:
+                history.record(await browser.final())
             history.record(server)
             await read_blobs(world, server, history)
         finally:
+            for browser in browsers:
+                await browser.close()
+            if playwright is not None:
+                await playwright.stop()
             for device in devices:
                 with contextlib.suppress(Exception):
                     await device.close()
@@ -132,7 +157,9 @@ def settled_server(final: dict[str, Any]) -> bool:
     return all(queue_state(messages) != "ready" for messages in chats.values())
 
 
-async def settle(world: World, devices: list[EngineDevice], history: History, seconds: float) -> dict[str, Any]:
+async def settle(
+    world: World, devices: list[EngineDevice], browsers: list[BrowserDevice], history: History, seconds: float
+) -> dict[str, Any]:
     """Wait until every outbox is empty, every run has ended and every device is at the server's
     seq (or ``seconds`` have passed: what is left is counted as stuck); the server's final read."""
     reader = HttpTransport(world.urls, "reader", lambda record: None)
@@ -147,6 +174,13 @@ async def settle(world: World, devices: list[EngineDevice], history: History, se
                 await asyncio.sleep(0.5)
                 continue
             ready = settled_server(final) and all(d.settled() and d.store.last_seq() >= seq for d in devices)
+            for browser in browsers:
+                if browser.page is None:  # (its reopen failed)
+                    with contextlib.suppress(Exception):
+                        await browser.open()
+                if await browser.signed_out():  # (as a person does when the page says so)
+                    await browser.signed_in()
+                ready = ready and await browser.settled() and await browser.last_seq() >= seq
             if ready or time.monotonic() > deadline:
                 if not ready:
                     history.record({"op": "unsettled", "after": seconds})

@@ -16,7 +16,7 @@ from tests.conftest import POSTGRES_URL
 def test_a_minute_of_chaos_on_two_servers_finds_no_anomaly(tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
     command = [
-        sys.executable, "-m", "server", "chaos", "--seconds", "60", "--servers", "2", "--devices", "4", "--browsers", "0",
+        sys.executable, "-m", "server", "chaos", "--seconds", "60", "--servers", "2", "--devices", "4", "--browsers", "1",
         "--database-url", POSTGRES_URL, "--seed", "22", "--history", str(history),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420)
@@ -24,9 +24,9 @@ def test_a_minute_of_chaos_on_two_servers_finds_no_anomaly(tmp_path: Path) -> No
     assert "anomalies: 0 " in done.stdout
     records = load(history)
     faults = {r["kind"] for r in records if r["op"] == "fault"}
-    assert {"kill", "pause", "cut", "offline", "compact", "upstream"} <= faults, faults
+    assert {"kill", "pause", "cut", "offline", "compact", "upstream", "browser"} <= faults, faults
     did = {r["what"] for r in records if r["op"] == "did"}
-    assert {"write", "ask", "edit", "stop", "retry", "queue", "attach"} <= did, did
+    assert {"write", "ask", "edit", "stop", "retry", "queue", "attach", "browser-send"} <= did, did
     assert check(records).anomalies == 0
     finals = [r for r in records if r["op"] == "final"]
-    assert len(finals) == 5 and all(len(r["messages"]) > 20 for r in finals)
+    assert len(finals) == 6 and all(len(r["messages"]) > 20 for r in finals)

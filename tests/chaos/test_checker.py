@@ -170,12 +170,14 @@ def test_text_typed_before_a_kill_and_not_back_is_counted_typed_lost() -> None:
     history = clean()
     history += [
         {"t": 10, "op": "typed", "browser": "b1", "chat": CHAT, "text": "half a sentence"},
-        {"t": 20, "op": "reopened", "browser": "b1", "killed": 15, "composer": ""},
+        {"t": 20, "op": "reopened", "browser": "b1", "killed": 15, "chat": CHAT, "composer": ""},
     ]
     only(check(history).counts, "typed-lost")
     history[-1]["composer"] = "half a sentence"
     assert check(history).anomalies == 0
-    history[-1].update(composer="", killed=10.5)  # typed within the window before the kill: may be lost
+    history[-1].update(composer="", killed=10.1)  # typed within the window before the kill: may be lost
+    assert check(history).anomalies == 0
+    history[-1].update(killed=15, composer=None)  # its chat deleted meanwhile: nothing to look at
     assert check(history).anomalies == 0
 
 
