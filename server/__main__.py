@@ -1,4 +1,4 @@
-"""``python -m server serve|compact|add-user NAME|export|import [--database-url URL] ...`` (see README.md)."""
+"""``python -m server serve|compact|add-user NAME|export|import|chaos [--database-url URL] ...`` (see README.md)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from playwright.async_api import BrowserContext, Page, Playwright
 
+from server.chaos.checker import tag_of
 from server.chaos.devices import PASSWORD
 from server.chaos.history import History
 from server.chaos.procs import kill_browser
@@ -231,8 +232,11 @@ class BrowserDevice:
             await self.signed_in()
         assert self.page is not None
         data = json.loads(await self.page.evaluate("(code) => pyodide.runPython(code)", FINAL))
-        ids = await self.page.evaluate("() => [...document.querySelectorAll('#messages > li')].map((li) => li.id)")
-        twice = sorted({i.removeprefix("m-") for i in ids if ids.count(i) > 1})
+        # What the open chat shows: a message drawn twice (one id twice, or one text under two ids).
+        shown = await self.page.evaluate("() => [...document.querySelectorAll('#messages > li.user')].map((li) => [li.id, li.textContent])")
+        ids = [i for i, _ in shown]
+        tags = [tag_of(text) for _, text in shown]
+        twice = sorted({i.removeprefix("m-") for i, tag in zip(ids, tags) if ids.count(i) > 1 or (tag and tags.count(tag) > 1)})
         return {"op": "final", "who": self.name, **data, "shownTwice": twice}
 
 

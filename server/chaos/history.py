@@ -20,6 +20,12 @@ began. The records (``op``):
   ``messages`` (id -> its fields), ``outbox`` (events unsent), ``uploads`` (files unsent),
   ``shownTwice`` (messages a page shows more than once).
 - ``blob``: an attachment of the final state downloaded from the server: ``sha256``, ``ok``.
+- ``did``: a device or browser did one operation of the workload (``what``), for the report.
+- ``heal``: the nemesis stopped and undid its faults; ``unsettled``: the wait after it ran out
+  (``after`` seconds) with something still unsent or running (the checker counts it as stuck).
+- ``signin-again`` / ``crashed``: a browser reopened signed out and was signed in again / a page
+  crashed as it started and was opened again (observations, not anomalies).
+- ``error``: an operation or a fault of the run itself that failed (``error``), not a finding.
 - ``end``: the run is over (its counts are recomputed from the rest by the checker).
 """
 
