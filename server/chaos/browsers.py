@@ -31,7 +31,7 @@ import json
 def _row(m):
     return {"id": m.id, "chat": m.chat_id, "role": m.role, "content": m.content, "status": m.status,
             "parent": m.parent_id, "run": m.run_id, "assistant": m.assistant_id, "created": m.created_at,
-            "files": sorted(a.sha256 for a in m.attachments)}
+            "files": sorted(a.sha256 for a in m.attachments), "seq": m.last_seq}
 _s = chat_client.store
 json.dumps({"chats": {c.id: {"title": c.title} for c in _s.chats()}, "messages": {m.id: _row(m) for m in _s.all_messages()},
             "outbox": _s.pending_count(), "uploads": len(_s.queued_uploads()), "lastSeq": _s.last_seq()})

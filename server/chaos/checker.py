@@ -4,7 +4,8 @@ saved once gives the same counts for ever (``python -m server chaos --check FILE
 
 - **lost**: a message a device saved, not refused by the server nor deleted later by a recorded
   operation, that is missing from the server's final state; or whose final text is not the one of
-  its latest accepted change (by seq).
+  its latest accepted change (by seq); or an accepted delete whose message (or chat) is still
+  there, or an accepted Stop whose reply completed after it (by seq).
 - **duplicated**: one eventId given two seqs; one message text (its tag) in two messages; one run
   answering in two messages; more model calls for a question than runs asked for it.
 - **divergent**: a device whose final state (chats, and messages with their text, status,
@@ -136,6 +137,20 @@ def _lost(
             continue
         if s["entity"] not in messages:
             report.add("lost", f"message {s['entity']} saved by {s['device']} at {s['t']} s is not on the server")
+    # A Stop, or a delete, the server accepted and the final state does not show.
+    chats_left = {m["chat"] for m in messages.values()}
+    for s in saves:
+        if s["event"] not in accepted or not seqs.get(s["event"]):
+            continue
+        seq = min(seqs[s["event"]])
+        row = messages.get(s["entity"])
+        if s["type"] == "MessageDeleted" and row is not None:
+            report.add("lost", f"message {s['entity']} is still there after its delete was accepted (seq {seq})")
+        elif s["type"] == "ChatDeleted" and s["entity"] in chats_left:
+            report.add("lost", f"chat {s['entity']} still has messages after its delete was accepted (seq {seq})")
+        elif s["type"] == "AssistantRunCancelled" and row is not None and row["run"] == s["run"]:
+            if row["status"] == "completed" and (row.get("seq") or 0) > seq:
+                report.add("lost", f"reply {s['entity']} completed at seq {row['seq']} after its Stop was accepted at seq {seq}")
     for message_id, changes in texts.items():
         row = messages.get(message_id)
         if row is None or row["role"] != "user":

@@ -40,7 +40,7 @@ def row_of(message: Message) -> dict[str, Any]:
         "id": message.id, "chat": message.chat_id, "role": message.role, "content": message.content,
         "status": message.status, "parent": message.parent_id, "run": message.run_id,
         "assistant": message.assistant_id, "created": message.created_at,
-        "files": sorted(a.sha256 for a in message.attachments),
+        "files": sorted(a.sha256 for a in message.attachments), "seq": message.last_seq,
     }  # fmt: skip
 
 

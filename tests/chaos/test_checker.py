@@ -27,7 +27,7 @@ SHA = "a" * 64
 def message(id: str, content: str, role: str = "user", status: str = "completed", parent: str | None = None, run: str | None = None,
             files: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     return {"id": id, "chat": CHAT, "role": role, "content": content, "status": status, "parent": parent, "run": run,
-            "assistant": "paced" if role == "assistant" else None, "created": T, "files": files or []}  # fmt: skip
+            "assistant": "paced" if role == "assistant" else None, "created": T, "files": files or [], "seq": 6}  # fmt: skip
 
 
 def clean() -> list[dict[str, Any]]:
@@ -100,6 +100,28 @@ def test_an_edit_coalesced_into_the_unsent_append_counts_as_it() -> None:
     history[8]["into"] = "e2"
     history.insert(4, history.pop(8))
     assert check(history).anomalies == 0, check(history).details
+
+
+def test_an_accepted_delete_whose_message_is_still_there_is_counted_lost() -> None:
+    history = clean()
+    history += [
+        {"t": 8, "op": "save", "device": "d2", "event": "e9", "type": "MessageDeleted", "entity": M1, "chat": CHAT},
+        {"t": 8, "op": "result", "device": "d2", "event": "e9", "type": "MessageDeleted", "status": "accepted", "seq": 9},
+    ]
+    only(check(history).counts, "lost")
+    history[-1]["status"] = "rejected"  # (refused: the message stays, rightly)
+    assert check(history).anomalies == 0
+
+
+def test_a_reply_completed_after_its_stop_was_accepted_is_counted_lost() -> None:
+    history = clean()
+    history += [
+        {"t": 8, "op": "save", "device": "d2", "event": "e9", "type": "AssistantRunCancelled", "entity": R1, "chat": CHAT, "run": RUN},
+        {"t": 8, "op": "result", "device": "d2", "event": "e9", "type": "AssistantRunCancelled", "status": "accepted", "seq": 5},
+    ]
+    only(check(history).counts, "lost")
+    history[-1]["seq"] = 7  # the Stop came after the answer had ended: nothing to stop
+    assert check(history).anomalies == 0
 
 
 def test_an_event_given_two_seqs_is_counted_duplicated() -> None:
