@@ -161,15 +161,20 @@ class BrowserDevice:
 
     # --- the nemesis's fault --------------------------------------------------------------------
 
-    async def kill_and_reopen(self) -> None:
-        """SIGKILL the whole browser, open it again on its profile, and record what its composer
-        holds for the chat typed into last."""
+    async def kill_and_reopen(self, reload: bool = False) -> None:
+        """SIGKILL the whole browser and open it again on its profile (or, ``reload``, reload the
+        page at once), and record what its composer holds for the chat typed into last."""
         async with self.lock:
             typed_chat = await self._chat() if self.page is not None else ""
             killed = self.history.now()
-            await asyncio.to_thread(kill_browser, self.profile)
-            await self.close()
-            page = await self.open()
+            if reload and self.page is not None:
+                page = self.page
+                await page.reload()
+                await page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+            else:
+                await asyncio.to_thread(kill_browser, self.profile)
+                await self.close()
+                page = await self.open()
             await page.get_by_role("textbox", name="Message").wait_for(timeout=BOOT_TIMEOUT)
             await self.signed_in()
             composer: str | None = None
@@ -182,7 +187,9 @@ class BrowserDevice:
                     )
             if not typed_chat or await self._chat() == typed_chat:
                 composer = await page.get_by_role("textbox", name="Message").input_value()
-            self.history.record({"op": "reopened", "browser": self.name, "killed": killed, "chat": typed_chat, "composer": composer})
+            self.history.record(
+                {"op": "reopened", "browser": self.name, "killed": killed, "chat": typed_chat, "composer": composer, "reload": reload}
+            )
 
     async def signed_in(self) -> None:
         """Once the page knows whether its session stands: sign in again if it ended, as a person

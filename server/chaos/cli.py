@@ -92,9 +92,9 @@ async def run(args: argparse.Namespace) -> int:
                     browsers.append(browser)
 
             async def browser_fault(rng: random.Random) -> str | None:
-                browser = rng.choice(browsers)
-                await browser.kill_and_reopen()
-                return browser.name
+                browser, reload = rng.choice(browsers), rng.random() < 0.3
+                await browser.kill_and_reopen(reload)
+                return browser.name + (" (reloaded)" if reload else " (killed)")
 
             kinds = tuple(k for k in args.faults.split(",") if k)
             nemesis = Nemesis(world, devices, history, random.Random(f"{seed}-nemesis"), kinds, browser_fault if browsers else None)

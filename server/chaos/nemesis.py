@@ -7,7 +7,7 @@ Kinds: ``kill`` (SIGKILL a server process, restarted 0.5-3 s later on its port),
 0-10 s), ``wipe`` (a device's local database deleted: a full resync), ``compact`` (``python -m
 server compact`` with a short retention: cursors below it expire), ``upstream`` (every model fails
 or stalls mid-stream for a few seconds), and ``browser`` (a browser SIGKILLed and reopened on its
-profile, browsers.py).
+profile, or its page reloaded at once, browsers.py).
 """
 
 from __future__ import annotations
