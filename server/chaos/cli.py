@@ -32,6 +32,7 @@ from shared.models import UNFINISHED, Message
 from webapp.transport import NetworkError, ServerError
 
 USERNAME = "chaos"
+STILL_SECONDS = 60.0  # the log not moving this long after the heal, with something left: stuck
 
 
 def main(args: argparse.Namespace) -> int:
@@ -161,18 +162,23 @@ async def settle(
     world: World, devices: list[EngineDevice], browsers: list[BrowserDevice], history: History, seconds: float
 ) -> dict[str, Any]:
     """Wait until every outbox is empty, every run has ended and every device is at the server's
-    seq (or ``seconds`` have passed: what is left is counted as stuck); the server's final read."""
+    seq: while the log moves (a backlog of answers, one at a time per chat, takes a while), up to
+    ``seconds``; once it has not moved for ``STILL_SECONDS`` with something left, what is left is
+    stuck. The server's final read."""
     reader = HttpTransport(world.urls, "reader", lambda record: None)
     await reader.sign_in(USERNAME, PASSWORD, signup=False)
-    deadline = time.monotonic() + seconds
+    start = time.monotonic()
+    moved, last = start, -1
     final: dict[str, Any] = {}
     try:
         while True:
             try:
                 final, seq = await read_server(reader)
             except (NetworkError, ServerError):
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1)
                 continue
+            if seq != last:
+                moved, last = time.monotonic(), seq
             ready = settled_server(final) and all(d.settled() and d.store.last_seq() >= seq for d in devices)
             for browser in browsers:
                 if browser.page is None:  # (its reopen failed)
@@ -181,11 +187,13 @@ async def settle(
                 if await browser.signed_out():  # (as a person does when the page says so)
                     await browser.signed_in()
                 ready = ready and await browser.settled() and await browser.last_seq() >= seq
-            if ready or time.monotonic() > deadline:
+            now = time.monotonic()
+            if ready or now - moved > STILL_SECONDS or now - start > seconds:
                 if not ready:
-                    history.record({"op": "unsettled", "after": seconds})
+                    history.record({"op": "unsettled", "after": round(now - start, 1), "still": round(now - moved, 1)})
+                history.record({"op": "settled", "after": round(now - start, 1), "seq": seq})
                 return final
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(2)
     finally:
         await reader.close()
 

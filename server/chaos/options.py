@@ -22,5 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--faults-every", type=float, default=3.0, help="seconds between faults, on average (default 3)")
     parser.add_argument("--faults", default=",".join(KINDS), help=f"the nemesis's kinds, comma-separated (default all: {','.join(KINDS)})")
     parser.add_argument(
-        "--heal-seconds", type=float, default=300, help="the longest wait for everything to settle after the heal (default 300)"
+        "--heal-seconds", type=float, default=900,
+        help="the longest wait for everything to settle after the heal, while the log moves (default 900)",
     )
