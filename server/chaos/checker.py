@@ -127,7 +127,8 @@ def _lost(
     # not sent yet (``into``: webapp/outbox.py coalesces them) went out as that one, and is its latest text
     texts: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for order, s in enumerate(saves):
-        sent = s.get("into", s["event"])
+        # (an event with an answer of its own went out as itself, whatever was recorded of it)
+        sent = s["event"] if s["event"] in seqs or s["event"] in accepted or s["event"] in refused else s.get("into", s["event"])
         if s["type"] in ("MessageAppended", "MessageEdited") and sent in accepted and seqs.get(sent):
             texts[s["entity"]].append((min(seqs[sent]), order, s["text"]))
     for s in saves:
@@ -192,8 +193,8 @@ def _duplicated(
             continue
         if s["type"] == "AssistantRunRequested":
             asked[question_tag.get(s.get("parent") or "")].add(s["run"])
-        elif s["type"] == "AssistantRunContinued":
-            parent = replies[s["entity"]]["parent"] if s["entity"] in replies else reply_parent.get(s["entity"])
+        elif s["type"] == "AssistantRunContinued":  # (the reply's question, as the device saw it)
+            parent = s.get("parent") or (replies[s["entity"]]["parent"] if s["entity"] in replies else reply_parent.get(s["entity"]))
             asked[question_tag.get(parent or "")].add(s["run"])
     for m in replies.values():
         if m.get("run"):
@@ -279,7 +280,11 @@ def _typed(report: Report, records: list[dict[str, Any]]) -> None:
         elif r["op"] == "reopened":
             if r["composer"] is None:  # (its chat was deleted meanwhile: no composer to look at)
                 continue
-            before = [t for t in typed[r["browser"]] if t["chat"] == r["chat"] and t["t"] <= r["killed"] - TYPED_WINDOW]
-            if before and before[-1]["text"].strip() not in r["composer"]:
-                report.add("typed-lost", f"{r['browser']}'s composer lost {before[-1]['text']!r} typed at {before[-1]['t']} s")
+            here = [t for t in typed[r["browser"]] if t["chat"] == r["chat"] and t["t"] <= r["killed"]]
+            before = [t for t in here if t["t"] <= r["killed"] - TYPED_WINDOW]
+            # What is owed: the text typed before the window, unless it was sent since (a send
+            # empties the composer: its record's text is "", and the text is then a message).
+            owed = before[-1] if before and not any(t["text"] == "" and t["t"] > before[-1]["t"] for t in here) else None
+            if owed is not None and owed["text"].strip() not in r["composer"]:
+                report.add("typed-lost", f"{r['browser']}'s composer lost {owed['text']!r} typed at {owed['t']} s")
             typed[r["browser"]] = []

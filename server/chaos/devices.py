@@ -112,11 +112,13 @@ class EngineDevice:
         await self.store.add_local(event)
         entity = event.entity_id()
         record: dict[str, Any] = {"op": "save", "device": self.name, "event": event.event_id, "type": kind, "entity": entity, **fields}
-        into = self.store.conn.execute(
-            "SELECT event_id FROM pending_events WHERE entity_id = ? AND status <> 'sent' ORDER BY id LIMIT 1", (entity,)
-        ).fetchone()
-        if into is not None and into[0] != event.event_id:
-            record["into"] = into[0]  # (coalesced into a change not sent yet: webapp/outbox.py)
+        queued = self.store.conn.execute("SELECT 1 FROM pending_events WHERE event_id = ?", (event.event_id,)).fetchone()
+        if queued is None:  # coalesced into a change not sent yet (webapp/outbox.py), or withdrawn with it
+            into = self.store.conn.execute(
+                "SELECT event_id FROM pending_events WHERE entity_id = ? AND status = 'pending' ORDER BY id LIMIT 1", (entity,)
+            ).fetchone()
+            if into is not None:
+                record["into"] = into[0]
         self.history.record(record)
         self.engine.kick()
         return event

@@ -190,7 +190,9 @@ class Workload:
         reply = self.rng.choice(found[-20:])
         assert reply.assistant_id is not None
         cont = RunContinue(run_id=self.device.new_id(), chat_id=reply.chat_id, message_id=reply.id, assistant_id=reply.assistant_id)
-        await self.device.save("AssistantRunContinued", cont, chat=reply.chat_id, run=cont.run_id, before=reply.content)
+        await self.device.save(
+            "AssistantRunContinued", cont, chat=reply.chat_id, run=cont.run_id, before=reply.content, parent=reply.parent_id
+        )
         return True
 
     async def _queue(self) -> bool:

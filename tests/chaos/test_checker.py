@@ -102,6 +102,39 @@ def test_an_edit_coalesced_into_the_unsent_append_counts_as_it() -> None:
     assert check(history).anomalies == 0, check(history).details
 
 
+def test_an_edit_with_an_answer_of_its_own_went_out_as_itself() -> None:
+    """(The 10-minute run of seed 10: an edit recorded as folded into the append, which was being
+    sent then, got its own seq: its text, the latest by seq, is the right one.)"""
+    history = clean()
+    history[8]["into"] = "e2"
+    assert check(history).anomalies == 0, check(history).details
+
+
+def test_a_continue_counts_for_the_question_its_device_saw() -> None:
+    """A Continue of a reply deleted since (with its chat) still accounts for its model call."""
+    history = clean()
+    gone = "0193a000-0000-7000-8000-000000000021"
+    history[9:9] = [
+        {"t": 4, "op": "save", "device": "d2", "event": "e7", "type": "AssistantRunContinued", "entity": gone, "chat": CHAT,
+         "run": "0193a000-0000-7000-8000-000000000022", "before": "word0", "parent": M1},
+        {"t": 4, "op": "result", "device": "d2", "event": "e7", "type": "AssistantRunContinued", "status": "accepted", "seq": 7},
+        {"t": 5, "op": "upstream", "model": "paced", "tag": "qd1-1", "mode": "ok"},
+    ]  # fmt: skip
+    assert check(history).anomalies == 0, check(history).details
+    del history[9]["parent"]
+    only(check(history).counts, "duplicated")
+
+
+def test_text_sent_within_the_window_before_a_kill_is_not_owed_to_the_composer() -> None:
+    history = clean()
+    history += [
+        {"t": 10, "op": "typed", "browser": "b1", "chat": CHAT, "text": "a whole sentence"},
+        {"t": 14.95, "op": "typed", "browser": "b1", "chat": CHAT, "text": ""},  # sent, 50 ms before the kill
+        {"t": 20, "op": "reopened", "browser": "b1", "killed": 15, "chat": CHAT, "composer": ""},
+    ]
+    assert check(history).anomalies == 0, check(history).details
+
+
 def test_an_accepted_delete_whose_message_is_still_there_is_counted_lost() -> None:
     history = clean()
     history += [
