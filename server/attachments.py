@@ -13,7 +13,11 @@ blobs an account holds and so may download, the limits, and garbage collection.
 * **Garbage collection** (with each compaction pass): a holding that no message of its account
   has referenced for the retention window goes, and so does an upload untouched that long; a
   blob no account holds any more is deleted (unless it was completed within the grace period:
-  an upload finishing meanwhile keeps it).
+  an upload finishing meanwhile keeps it). A holding no message has referenced yet waits at
+  least ``UNSENT_MESSAGE_SECONDS`` for one: a device uploads a file beside sending the message
+  that names it, and the message may come later (found by ``python -m server chaos``: with a
+  retention of seconds, a file uploaded while its message waited on a paused server was let go,
+  and the message then named a file the server no longer had).
 
 Bytes never go through the event log: a message carries references (``Attachment``) only.
 """
@@ -34,6 +38,8 @@ from shared.models import format_time
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_BYTES = 8 * 1024 * 1024  # the largest PATCH body (a client sends about 1 MiB)
+# How long a holding no message has named yet is kept, at least, for its message to arrive.
+UNSENT_MESSAGE_SECONDS = 86400.0
 
 
 class AttachmentError(Exception):
@@ -322,9 +328,10 @@ class Attachments:
                 (text(r[0]), text(r[1]))
                 for r in await tx.fetchall("SELECT account_id, sha256 FROM blob_uploads WHERE updated_at < ?", cutoff)
             ]
+        unsent = format_time(now - timedelta(seconds=max(retention_seconds, UNSENT_MESSAGE_SECONDS)))
         dropped = 0
         for account_id in accounts:
-            dropped += await self._drop_unreferenced(account_id, format_time(now), cutoff)
+            dropped += await self._drop_unreferenced(account_id, format_time(now), cutoff, unsent)
         for account_id, sha256 in stale:
             await self.blobs.discard(account_id, sha256)
             async with self.db.transaction(write=True) as tx:
@@ -340,9 +347,10 @@ class Attachments:
                 deleted += 1
         return Collected(dropped, len(stale), deleted)
 
-    async def _drop_unreferenced(self, account_id: str, now: str, cutoff: str) -> int:
+    async def _drop_unreferenced(self, account_id: str, now: str, cutoff: str, unsent: str) -> int:
         """Mark the account's holdings its messages reference as referenced now; drop those
-        unreferenced since before ``cutoff``. How many it dropped."""
+        unreferenced since before ``cutoff``, and those never referenced (``referenced_at`` still
+        ``first_at``) only once held since before ``unsent``. How many it dropped."""
         async with self.db.transaction(write=True, slow=True) as tx:
             rows = await tx.fetchall(
                 "SELECT attachments_json FROM messages WHERE account_id = ? AND attachments_json IS NOT NULL", account_id
@@ -354,6 +362,10 @@ class Attachments:
                     [(now, account_id, d) for d in sorted(digests)],
                 )
             gone = await tx.fetchall(
-                "DELETE FROM blob_holdings WHERE account_id = ? AND referenced_at < ? RETURNING sha256", account_id, cutoff
+                """DELETE FROM blob_holdings WHERE account_id = ? AND referenced_at < ?
+                AND (referenced_at <> first_at OR first_at < ?) RETURNING sha256""",
+                account_id,
+                cutoff,
+                unsent,
             )
         return len(gone)
