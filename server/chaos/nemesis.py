@@ -58,14 +58,35 @@ class Nemesis:
         self.history.record({"op": "fault", "kind": kind, "target": target, **more})
 
     async def run(self, until: float, interval: float) -> None:
+        """A fault every ``interval`` seconds on average until ``until``: the kinds in rounds, each
+        round every kind once in a shuffled order (so a short run sees every kind)."""
+        round_: list[str] = []
         while self.kinds and time.monotonic() < until:
             await asyncio.sleep(self.rng.uniform(interval / 2, interval * 1.5))
             if time.monotonic() >= until:
                 return
-            kind = self.rng.choice(self.kinds)
+            if not round_:
+                round_ = self.rng.sample(self.kinds, len(self.kinds))
+            kind = round_.pop()
+            if not self._possible(kind):  # (tried again at the next turn)
+                round_.append(kind)
+                continue
             task = asyncio.ensure_future(self._fault(kind))
             self.under_way.add(task)
             task.add_done_callback(self.under_way.discard)
+
+    def _possible(self, kind: str) -> bool:
+        """Whether the fault can be made now: one server process down at a time, a device
+        online to take offline, one with nothing unsent to wipe, the model service answering."""
+        if kind in ("kill", "pause"):
+            return not self._server_down
+        if kind == "offline":
+            return any(not d.transport.offline for d in self.devices)
+        if kind == "wipe":
+            return any(d.settled() for d in self.devices)
+        if kind == "upstream":
+            return self.world.upstream.override is None
+        return True
 
     async def _fault(self, kind: str) -> None:
         try:
@@ -107,9 +128,10 @@ class Nemesis:
         self._record("cut", device.name, sockets=cut)
 
     async def _offline(self) -> None:
-        device = self.rng.choice(self.devices)
-        if device.transport.offline:
+        online = [d for d in self.devices if not d.transport.offline]
+        if not online:
             return
+        device = self.rng.choice(online)
         seconds = round(self.rng.uniform(0, 10), 2)
         await device.transport.set_offline(True)
         self._record("offline", device.name, seconds=seconds)
@@ -121,8 +143,8 @@ class Nemesis:
             device.uploads.kick()
 
     async def _wipe(self) -> None:
-        device = self.rng.choice(self.devices)
-        if await device.wipe():
+        settled = [d for d in self.devices if d.settled()]
+        if settled and await (device := self.rng.choice(settled)).wipe():
             self._record("wipe", device.name)
 
     async def _compact(self) -> None:
