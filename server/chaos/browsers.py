@@ -146,7 +146,14 @@ class BrowserDevice:
         await page.get_by_role("textbox", name="Message").press("Enter")
         self.history.record({"op": "typed", "browser": self.name, "chat": chat, "text": ""})
         item = page.get_by_role("list", name="Messages").get_by_role("listitem").filter(has_text=f"[{tag}]")
-        await item.first.wait_for(timeout=30_000)
+        try:
+            await item.first.wait_for(timeout=30_000)
+        except Exception:  # not drawn: sent all the same, and looked for by its tag at the end
+            self.history.record(
+                {"op": "save", "device": self.name, "event": f"{self.name}-{self.written}", "type": "MessageAppended", "entity": "",
+                 "chat": chat, "text": f"[{tag}]", "unobserved": True, "asked": assistant or None, "unseen": True}
+            )  # fmt: skip
+            raise
         message_id = str(await item.first.get_attribute("id") or "").removeprefix("m-")
         text = await item.first.locator(".content").inner_text()
         self.history.record(

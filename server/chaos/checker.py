@@ -131,8 +131,13 @@ def _lost(
         sent = s["event"] if s["event"] in seqs or s["event"] in accepted or s["event"] in refused else s.get("into", s["event"])
         if s["type"] in ("MessageAppended", "MessageEdited") and sent in accepted and seqs.get(sent):
             texts[s["entity"]].append((min(seqs[sent]), order, s["text"]))
+    tags = {tag_of(m["content"]) for m in messages.values() if m["role"] == "user"}
     for s in saves:
         if s["type"] != "MessageAppended" or s["event"] in refused:
+            continue
+        if s.get("unseen"):  # (a browser's message its page did not show: looked for by its tag)
+            if s["chat"] not in deleted and tag_of(s["text"]) not in tags and not deleted & _sent_in(saves, s):
+                report.add("lost", f"the message tagged {tag_of(s['text'])} sent by {s['device']} at {s['t']} s is not on the server")
             continue
         if s["entity"] in deleted or s["chat"] in deleted:
             continue
@@ -159,6 +164,12 @@ def _lost(
         latest = max(changes)[2]
         if row["content"] != latest:
             report.add("lost", f"message {message_id} reads {row['content']!r}, not its latest accepted text {latest!r}")
+
+
+def _sent_in(saves: list[dict[str, Any]], unseen: dict[str, Any]) -> set[str]:
+    """The ids of the messages of ``unseen``'s chat that other devices deleted (one of them may
+    have been it)."""
+    return {s["entity"] for s in saves if s["type"] == "MessageDeleted" and s["chat"] == unseen["chat"]}
 
 
 def _duplicated(

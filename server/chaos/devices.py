@@ -62,7 +62,13 @@ class EngineDevice:
     def open(self) -> None:
         self.store = LocalStore(str(self.path), FilePersistence())
         self.engine = SyncEngine(self.store, self.transport, lambda: None, lambda status: None, min_backoff=0.1, max_backoff=2.0)
-        self.uploads = UploadEngine(self.store, self.transport, self, min_backoff=0.2, max_backoff=2.0)
+        self.uploads = UploadEngine(self.store, self.transport, self, on_change=self._upload_changed, min_backoff=0.2, max_backoff=2.0)
+
+    def _upload_changed(self, sha256: str) -> None:
+        """A file's upload done or failed: in the history (an attachments anomaly's first clue)."""
+        state = self.store.upload_state(sha256)
+        if state is not None and state.state in ("done", "failed"):
+            self.history.record({"op": "upload", "device": self.name, "sha256": sha256, "state": state.state, "error": state.error})
 
     async def sign_in(self, username: str, signup: bool) -> None:
         await self.transport.sign_in(username, PASSWORD, signup)

@@ -135,6 +135,16 @@ def test_text_sent_within_the_window_before_a_kill_is_not_owed_to_the_composer()
     assert check(history).anomalies == 0, check(history).details
 
 
+def test_a_browser_message_never_shown_is_looked_for_by_its_tag() -> None:
+    history = clean()
+    history.insert(9, {"t": 4, "op": "save", "device": "b1", "event": "b1-1", "type": "MessageAppended", "entity": "", "chat": CHAT,
+                       "text": "[qb1-1]", "unobserved": True, "asked": None, "unseen": True})  # fmt: skip
+    only(check(history).counts, "lost")
+    for final in finals(history):
+        final["messages"][M2] = message(M2, "[qb1-1] typed in a page", parent=R1)
+    assert check(history).anomalies == 0, check(history).details
+
+
 def test_an_accepted_delete_whose_message_is_still_there_is_counted_lost() -> None:
     history = clean()
     history += [
