@@ -40,10 +40,15 @@ SERVER_SETTINGS = {
     "CHAT_RATE_LIMIT_PER_MINUTE": "1000000",
     "CHAT_AUTH_RATE_LIMIT_PER_MINUTE": "1000000",
     "CHAT_COMPACT_INTERVAL_SECONDS": "100000",  # (the nemesis compacts)
-    "CHAT_COMPACTION_GRACE_SECONDS": "2",
 }
 # What the nemesis's compaction keeps of the log: the rest is truncated (cursors below it expire).
 RETENTION_SECONDS = 5
+# How old a superseded event must be for that compaction to remove it: longer than a server is
+# paused (nemesis.py: 7 s at most) and than the live delivery lags on a loaded machine. (With 2 s,
+# a socket of a process paused past it, or one slow to deliver, skipped the superseded events
+# removed meanwhile: a gap after caughtUp, which the engine fills by pulling, but a broken promise
+# of docs/protocol.md all the same; the default grace is 60 s.)
+GRACE_SECONDS = 20
 
 
 class ServerProcess:
@@ -180,7 +185,7 @@ class World:
         """``python -m server compact`` with a short retention: the log is truncated. What it said
         of each account (superseded events removed, events truncated, the min available seq)."""
         command = [sys.executable, "-m", "server", "compact", "--database-url", self.database_url,
-                   "--retention-seconds", str(retention), "--compaction-grace-seconds", "2",
+                   "--retention-seconds", str(retention), "--compaction-grace-seconds", str(GRACE_SECONDS),
                    "--blob-dir", str(self.directory / "blobs")]  # fmt: skip
         process = await asyncio.create_subprocess_exec(
             *command, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
