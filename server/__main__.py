@@ -1,4 +1,4 @@
-"""``python -m server serve|compact|add-user NAME|export|import [--database-url URL] ...`` (see README.md)."""
+"""``python -m server serve|compact|add-user NAME|export|import|chaos [--database-url URL] ...`` (see README.md)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from server import auth
 from server.app import create_app, open_attachments, open_store, utc_now
+from server.chaos.options import add_arguments as chaos_arguments
 from server.config import Settings, add_arguments
 from server.errors import describe
 from server.store import UsernameTaken
@@ -47,7 +48,15 @@ def main(argv: list[str] | None = None) -> None:
                 "--with-files", action="store_true", help="a tar of the export and its attachments' files (import reads it)"
             )
         add_arguments(transfer)
+    chaos = commands.add_parser(
+        "chaos", help="check the app keeps its promises under faults (Jepsen-style); exits 1 on any anomaly"
+    )
+    chaos_arguments(chaos)
     args = parser.parse_args(argv)
+    if args.command == "chaos":
+        from server.chaos.cli import main as chaos_main  # (its clients: websockets, Playwright, the test extras)
+
+        sys.exit(chaos_main(args))
     overrides = {k: v for k, v in vars(args).items() if k not in ("command", "username", "user", "with_files")}
     settings = Settings.from_env(**overrides)
     if args.command == "serve":

@@ -11,9 +11,14 @@ blobs an account holds and so may download, the limits, and garbage collection.
 * **Limits**: a file of at most ``max_file_bytes``; what an account holds and is uploading
   together at most ``max_account_bytes``.
 * **Garbage collection** (with each compaction pass): a holding that no message of its account
-  has referenced for the retention window goes, and so does an upload untouched that long; a
+  has referenced for the retention window goes, and so does an upload untouched that long (plus
+  ``TOUCH_SECONDS``, by which its updated_at may lag its last chunk); a
   blob no account holds any more is deleted (unless it was completed within the grace period:
-  an upload finishing meanwhile keeps it).
+  an upload finishing meanwhile keeps it). A holding no message has referenced yet waits at
+  least ``UNSENT_MESSAGE_SECONDS`` for one: a device uploads a file beside sending the message
+  that names it, and the message may come later (found by ``python -m server chaos``: with a
+  retention of seconds, a file uploaded while its message waited on a paused server was let go,
+  and the message then named a file the server no longer had).
 
 Bytes never go through the event log: a message carries references (``Attachment``) only.
 """
@@ -37,6 +42,8 @@ MAX_CHUNK_BYTES = 8 * 1024 * 1024  # the largest PATCH body (a client sends 4 Mi
 # How often an upload's updated_at is written while its chunks come (garbage collection drops an
 # upload untouched for the retention window, days: a minute's lag is nothing to it).
 TOUCH_SECONDS = 60.0
+# How long a holding no message has named yet is kept, at least, for its message to arrive.
+UNSENT_MESSAGE_SECONDS = 86400.0
 
 
 class AttachmentError(Exception):
@@ -334,20 +341,23 @@ class Attachments:
         """One pass over every account (see the module docstring)."""
         now = self._clock()
         cutoff = format_time(now - timedelta(seconds=retention_seconds))
+        # (an upload's updated_at lags its last chunk by up to TOUCH_SECONDS)
+        untouched = format_time(now - timedelta(seconds=retention_seconds + TOUCH_SECONDS))
         async with self.db.transaction() as tx:
             accounts = [text(r[0]) for r in await tx.fetchall("SELECT DISTINCT account_id FROM blob_holdings")]
             stale = [
                 (text(r[0]), text(r[1]))
-                for r in await tx.fetchall("SELECT account_id, sha256 FROM blob_uploads WHERE updated_at < ?", cutoff)
+                for r in await tx.fetchall("SELECT account_id, sha256 FROM blob_uploads WHERE updated_at < ?", untouched)
             ]
+        unsent = format_time(now - timedelta(seconds=max(retention_seconds, UNSENT_MESSAGE_SECONDS)))
         dropped = 0
         for account_id in accounts:
-            dropped += await self._drop_unreferenced(account_id, format_time(now), cutoff)
+            dropped += await self._drop_unreferenced(account_id, format_time(now), cutoff, unsent)
         for account_id, sha256 in stale:
             await self.blobs.discard(account_id, sha256)
             async with self.db.transaction(write=True) as tx:
                 await tx.execute(
-                    "DELETE FROM blob_uploads WHERE account_id = ? AND sha256 = ? AND updated_at < ?", account_id, sha256, cutoff
+                    "DELETE FROM blob_uploads WHERE account_id = ? AND sha256 = ? AND updated_at < ?", account_id, sha256, untouched
                 )
         async with self.db.transaction() as tx:
             still = {text(r[0]) for r in await tx.fetchall("SELECT DISTINCT sha256 FROM blob_holdings")}
@@ -358,9 +368,10 @@ class Attachments:
                 deleted += 1
         return Collected(dropped, len(stale), deleted)
 
-    async def _drop_unreferenced(self, account_id: str, now: str, cutoff: str) -> int:
+    async def _drop_unreferenced(self, account_id: str, now: str, cutoff: str, unsent: str) -> int:
         """Mark the account's holdings its messages reference as referenced now; drop those
-        unreferenced since before ``cutoff``. How many it dropped."""
+        unreferenced since before ``cutoff``, and those never referenced (``referenced_at`` still
+        ``first_at``) only once held since before ``unsent``. How many it dropped."""
         async with self.db.transaction(write=True, slow=True) as tx:
             rows = await tx.fetchall(
                 "SELECT attachments_json FROM messages WHERE account_id = ? AND attachments_json IS NOT NULL", account_id
@@ -372,6 +383,10 @@ class Attachments:
                     [(now, account_id, d) for d in sorted(digests)],
                 )
             gone = await tx.fetchall(
-                "DELETE FROM blob_holdings WHERE account_id = ? AND referenced_at < ? RETURNING sha256", account_id, cutoff
+                """DELETE FROM blob_holdings WHERE account_id = ? AND referenced_at < ?
+                AND (referenced_at <> first_at OR first_at < ?) RETURNING sha256""",
+                account_id,
+                cutoff,
+                unsent,
             )
         return len(gone)

@@ -329,6 +329,52 @@ async def test_garbage_collection_keeps_referenced_blobs_and_removes_the_others_
     assert (await client.get(f"/blobs/{sha(kept)}", headers=alice)).status_code == 200
 
 
+async def test_a_file_whose_message_comes_later_is_kept_for_it_even_with_a_short_retention(
+    client: Client, app: Quart, clock: Clock
+) -> None:
+    """(Found by python -m server chaos, whose compaction uses a retention of 5 s: a file uploaded
+    while its message waited on a paused server was let go before the message arrived.)"""
+    attachments = app.extensions["attachments"]
+    alice = bearer(await signup(client))
+    late, never = b"late" * 100, b"never" * 100
+    await upload(client, alice, late)
+    await upload(client, alice, never)
+    clock.now += timedelta(seconds=60)  # past the retention, before the message
+    collected = await attachments.collect_garbage(retention_seconds=5, grace_seconds=2)
+    assert collected.holdings_dropped == 0
+    chat = new_id()
+    await client.post("/sync/events", json={"events": [chat_created(chat)]}, headers=alice)
+    await message_with(client, alice, chat, sha(late))
+    clock.now += timedelta(seconds=60)
+    await attachments.collect_garbage(retention_seconds=5, grace_seconds=2)
+    assert await (await client.get(f"/blobs/{sha(late)}", headers=alice)).get_data() == late
+    assert await (await client.get(f"/blobs/{sha(never)}", headers=alice)).get_data() == never
+    # A file no message ever names goes a day after its upload (the retention, when longer).
+    clock.now += timedelta(days=1)
+    collected = await attachments.collect_garbage(retention_seconds=5, grace_seconds=2)
+    assert collected.holdings_dropped == 1
+    assert (await client.get(f"/blobs/{sha(never)}", headers=alice)).status_code == 404
+    assert (await client.get(f"/blobs/{sha(late)}", headers=alice)).status_code == 200
+
+
+async def test_an_upload_still_under_way_is_not_taken_for_abandoned_while_its_touch_lags(
+    client: Client, app: Quart, clock: Clock
+) -> None:
+    """An upload's updated_at is written at most once a minute (TOUCH_SECONDS): with a retention
+    shorter than that, an upload whose last chunk came within it must not be dropped."""
+    attachments = app.extensions["attachments"]
+    alice = bearer(await signup(client))
+    data = b"slow" * 300
+    assert (await patch(client, alice, data, 0, data[:400])).status_code == 204
+    clock.now += timedelta(seconds=40)
+    assert (await patch(client, alice, data, 400, data[400:800], length=False)).status_code == 204
+    clock.now += timedelta(seconds=30)  # its last chunk 30 s ago, its updated_at 70 s ago
+    collected = await attachments.collect_garbage(retention_seconds=40, grace_seconds=2)
+    assert collected.uploads_dropped == 0
+    assert (await patch(client, alice, data, 800, data[800:], length=False)).status_code == 204
+    assert await (await client.get(f"/blobs/{sha(data)}", headers=alice)).get_data() == data
+
+
 async def test_an_upload_whose_bytes_all_came_before_a_crash_is_checked_at_the_next_head(client: Client, app: Quart) -> None:
     """The process stopped between the last append and its check: HEAD checks it then (the
     right bytes: held; wrong ones: discarded, 404, never a 500)."""

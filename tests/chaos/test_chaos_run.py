@@ -1,0 +1,33 @@
+"""``python -m server chaos`` itself, as CI runs it: 60 seconds of two server processes on one
+PostgreSQL, four engine devices and a browser, every fault of the nemesis, and no anomaly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from server.chaos.checker import check
+from server.chaos.history import load
+from server.chaos.options import KINDS
+from server.config import ROOT
+from tests.conftest import POSTGRES_URL
+
+
+def test_a_minute_of_chaos_on_two_servers_finds_no_anomaly(tmp_path: Path) -> None:
+    history = tmp_path / "history.jsonl"
+    command = [
+        sys.executable, "-m", "server", "chaos", "--seconds", "60", "--servers", "2", "--devices", "4", "--browsers", "1",
+        "--database-url", POSTGRES_URL, "--seed", "22", "--history", str(history),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "anomalies: 0 " in done.stdout
+    records = load(history)
+    faults = {r["kind"] for r in records if r["op"] == "fault"}
+    assert faults == set(KINDS), faults  # (in rounds: every kind once a round, server/chaos/nemesis.py)
+    did = {r["what"] for r in records if r["op"] == "did"}
+    assert {"write", "ask", "edit", "stop", "retry", "queue", "attach", "browser-send"} <= did, did
+    assert check(records).anomalies == 0
+    finals = [r for r in records if r["op"] == "final"]
+    assert len(finals) == 6 and all(len(r["messages"]) > 20 for r in finals)
