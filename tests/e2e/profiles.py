@@ -63,9 +63,9 @@ def descendants(pid: int) -> list[int]:
 
 def kill(profile: Path, context: BrowserContext) -> None:
     """SIGKILL the whole browser (not just a tab), every process of it at once, as a machine
-    going down does: nothing of it gets to save anything more. Returns once all are gone (a
-    storage process outliving its browser by a moment, on a busy machine, held the profile's
-    files while the next browser opened them: its page crashed)."""
+    going down does: nothing of it gets to save anything more. Returns once all are gone, so that
+    the next browser never opens the profile beside a process of this one. (The "Page crashed" once
+    put down to such a process was Chromium's heap profiler: see playwright.config.py.)"""
     [pid] = browser_processes(profile)
     pids = descendants(pid)
     for each in pids:
