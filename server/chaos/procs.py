@@ -50,9 +50,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def kill_browser(profile: Path) -> None:
-    """SIGKILL every process of the browser on ``profile`` at once; returns once all are gone (a
-    storage process outliving its browser by a moment, on a busy machine, held the profile's
-    files while the next browser opened them: its page crashed)."""
+    """SIGKILL every process of the browser on ``profile`` at once; returns once all are gone, so
+    the next browser never opens the profile beside a process of this one."""
     pids = [each for pid in browser_processes(profile) for each in descendants(pid)]
     for each in pids:
         with contextlib.suppress(ProcessLookupError):

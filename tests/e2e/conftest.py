@@ -92,6 +92,15 @@ def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> It
 SPIN = "while True: pass"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test runs these tests on two workers, --dist loadgroup) the
+    loaded variants all go to one worker, one after the other: never two spinners at once."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("load") == "loaded":
+            item.add_marker(pytest.mark.xdist_group("loaded"))
+
+
 @pytest.fixture(params=["idle", "loaded"])
 def load(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "idle":

@@ -21,7 +21,10 @@ def launch(playwright: Playwright, profile: Path, server: Server) -> BrowserCont
 
 def kill(profile: Path, context: BrowserContext) -> None:
     """SIGKILL the whole browser (not just a tab), every process of it at once, as a machine
-    going down does: nothing of it gets to save anything more (server/chaos/procs.py)."""
+    going down does: nothing of it gets to save anything more (server/chaos/procs.py). Returns
+    once all are gone, so that the next browser never opens the profile beside a process of this
+    one. (The "Page crashed" once put down to such a process was Chromium's heap profiler: see
+    playwright.config.py.)"""
     [_] = browser_processes(profile)
     kill_browser(profile)
     try:
