@@ -128,7 +128,9 @@ async def test_a_page_read_ahead_is_not_given_once_the_log_no_longer_reaches_its
     await post(client, session, [message("MessageAppended", m, chat) for m in ids])
     first = await get(client, session, "/sync/state?limit=2")
     await post(client, session, [message("MessageEdited", m, chat, "edited") for m in ids])
-    await store.compact_all(retention_seconds=0, grace_seconds=0)  # the horizon passes upToSeq
+    # The horizon passes upToSeq: every event is older than a second from now (with 0, an event
+    # written in the same millisecond as the compaction was not older, and stayed).
+    await store.compact_all(retention_seconds=-1, grace_seconds=-1)
     assert store._ahead  # (the page was read ahead before)
     response = await client.get(f"/sync/state?limit=2&upToSeq={first['upToSeq']}&page={first['nextPage']}", headers=bearer(session))
     await assert_error(response, 410, "cursor_expired")
