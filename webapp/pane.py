@@ -211,7 +211,9 @@ class MessagePane:
         """The message's item; for a streaming reply, its item with SLOT for its content, and the
         content's kept blocks and the rest."""
         text = self.streaming.get(row.id)
-        ended = row.status in ENDED and not is_pending(row)  # (a Stop of ours ends it only once the server says so)
+        # A Stop of ours ends it only once the server says so; and the Stop's event ends it in the
+        # log before its run writes the text it had (with why it ended): until then, the stream's.
+        ended = row.status in ENDED and not is_pending(row) and not (row.status == "cancelled" and row.finish_reason is None)
         if text is not None and (ended or len(row.content) >= len(text)):
             del self.streaming[row.id]  # the log caught up with (or ended) the stream: its text wins
             text = None
