@@ -35,7 +35,7 @@ CONTENT_TYPES = {
 
 # Files the shell needs, beside the vendored Pyodide core, idiomorph, wheels and lock file.
 SHELL = (
-    "index.html", "paint.js", "app.js", "pending.js", "files.js", "python-start.js", "storage.js", "view.js",
+    "index.html", "paint.js", "app.js", "pending.js", "files.js", "early-files.js", "python-start.js", "storage.js", "view.js",
     "python-worker.js", "warm-worker.js", "hash-worker.js", "app.css", "manifest.webmanifest", "icon.svg",
     "vendor/highlight.css",
 )  # fmt: skip

@@ -3,6 +3,7 @@
 // (static/storage.js), then our Python (webapp.browser.main), then the service worker. Everything
 // is served from this origin; nothing from a CDN.
 import { startPython, unpackBundle, warmNextStart } from "/static/python-start.js";
+import * as earlyFiles from "/static/early-files.js";
 import * as attachments from "/static/files.js";
 import * as pending from "/static/pending.js";
 import * as storage from "/static/storage.js";
@@ -212,7 +213,7 @@ pending.onDraftKept((chat, { text }) => {
 // read before anything else: a composer painted with older text gets the newer, and the messages
 // show at once, as being saved, and go to Python first once it is up.
 const keptAtStart = pending.read();
-keptAtStart.then(({ drafts, sends }) => {
+keptAtStart.then(({ drafts }) => {
   const box = document.getElementById("composer-text");
   const painted = globalThis.chatPainted;
   const typed = box && painted && drafts[box.dataset.chat];
@@ -220,16 +221,28 @@ keptAtStart.then(({ drafts, sends }) => {
     box.value = painted.text = typed.text;
     view.fitComposer(box);
   }
-  for (const send of sends) view.showSending(send);
 });
+// ...and the files attached on that screen, and sent with those messages (static/early-files.js).
+keptAtStart.then(async ({ sends, files }) => {
+  for (const send of sends) view.showSending(send, await shownFiles(send.files));
+  await earlyFiles.restore(files);
+}).catch((e) => console.error("what this page kept could not be shown", e));
+
+// A message's files as the page draws them before Python: an image from this device's IndexedDB.
+async function shownFiles(files = []) {
+  return Promise.all(files.map(async ({ sha256, name, width }) => ({
+    name, src: width ? await attachments.keptUrl(sha256).catch(() => "") : "",
+  })));
+}
 
 // Messages sent from the composer, in the order they were sent: each is kept by the page and
 // drawn at once, then given to Python (which waits for Python to be up), then forgotten here once
 // Python has it durably. Its id is made here, so a message given twice (a reload in between) is
 // saved once.
-let sendChain = keptAtStart.then(({ sends }) => sends.forEach(handOver), () => {});
-function handOver(send) {
-  const give = () => dispatch("send", send).then(
+let sendChain = keptAtStart.then(({ sends }) => sends.forEach((send) => handOver(send)), () => {});
+// (`ready`: the send as kept once the files it took are all kept; given to Python then.)
+function handOver(send, ready = null) {
+  const give = async () => dispatch("send", (await ready?.catch(() => null)) ?? send).then(
     () => pending.forgetSend(send.id),
     (e) => {
       console.error("message not saved", e);
@@ -245,21 +258,28 @@ function sendFromComposer(form, box) {
   if (!text.trim() && !attached) return;
   const draftOf = box.dataset.chat;
   const chat = draftOf || uuid7(); // (no chat yet: the message makes one, with this id)
-  const send = pending.keepSend({
-    id: uuid7(), chat, newChat: !draftOf, text, assistant: new FormData(form).get("assistant") ?? undefined,
-  });
-  pending.keepDraft(draftOf, ""); // the message supersedes its draft
-  draftsWanted.delete(draftOf);
-  box.value = "";
-  if (!draftOf) view.composeIn(chat);
-  view.fitComposer(box);
   // Drawn at once with its files as their chips show them (an image from the same URL): Python,
   // which may still be hashing one, draws the message as it is kept.
   const files = [...document.querySelectorAll("#composer-files .chip:not(.refused):not(.warning)")].map((chip) => ({
     name: chip.querySelector(".name")?.textContent ?? "", src: chip.querySelector("img")?.getAttribute("src") ?? "",
   }));
+  // The files it takes: before Python is up, every chip's (Python gets exactly these); once it
+  // is up, those the page attached itself, beside the draft's that Python adds (`draft`).
+  const python = Boolean(globalThis.chatDispatch);
+  const taken = earlyFiles.takeForSend(draftOf ?? "");
+  const carried = !python || taken.files.length || taken.waiting ? { files: taken.files } : {};
+  const send = pending.keepSend({
+    id: uuid7(), chat, newChat: !draftOf, text, assistant: new FormData(form).get("assistant") ?? undefined,
+    ...carried, ...(python && carried.files ? { draft: true } : {}),
+  });
+  const ready = taken.waiting ? taken.all.then((all) => pending.keepSend({ ...send, files: all })) : null;
+  pending.keepDraft(draftOf, ""); // the message supersedes its draft
+  draftsWanted.delete(draftOf);
+  box.value = "";
+  if (!draftOf) view.composeIn(chat);
+  view.fitComposer(box);
   view.showSending(send, files);
-  handOver(send);
+  handOver(send, ready);
 }
 
 // A UUIDv7 (RFC 9562): the time in milliseconds, then random bits; as the ids Python makes.
@@ -292,10 +312,12 @@ async function search(text) {
 }
 
 // Files picked, dropped or pasted into the composer: held here, given to Python to attach
-// (webapp/files.py) to the draft of the chat the composer is in.
+// (webapp/files.py) to the draft of the chat the composer is in; before Python is up, attached
+// by the page itself (static/early-files.js).
 function attach(list) {
   const box = document.getElementById("composer-text");
   if (!list.length || !box || !box.hasAttribute("data-draft")) return;
+  if (!globalThis.chatDispatch) return earlyFiles.attach(box.dataset.chat ?? "", [...list]);
   dispatch("attach", { chat: box.dataset.chat, files: [...list].map(attachments.hold) }).catch(() => {});
 }
 
@@ -330,6 +352,7 @@ function wireEvents() {
     if (target.dataset.action === "copy" || target.dataset.action === "copy-code") return copyFrom(target);
     if (target.dataset.action === "attach-files") return document.getElementById("attach-input")?.click();
     if (target.dataset.action === "view-image") return viewImage(target);
+    if (earlyFiles.handles(target)) return earlyFiles.remove(target);
     send(target.dataset.action, { ...target.dataset });
   });
   // The assistant chosen in the composer is remembered as soon as it is chosen.
@@ -416,6 +439,7 @@ function wireEvents() {
 }
 
 async function boot() {
+  earlyFiles.start({ dispatch, pythonUp: () => Boolean(globalThis.chatDispatch) });
   if (globalThis.isSecureContext === false) showInsecureNotice();
   registerServiceWorker().catch((e) => console.warn("service worker", e));
   wireEvents();
@@ -443,6 +467,10 @@ async function boot() {
     // The drafts this page kept, for Python to adopt before it draws the composer.
     drafts: async () => JSON.stringify((await pending.read()).drafts),
     forgetDrafts: (gone) => pending.forgetDrafts(JSON.parse(gone)),
+    // The files attached to drafts before Python was up, for Python to adopt likewise.
+    draftFiles: async () => JSON.stringify(await earlyFiles.withUrls((await pending.read()).files)),
+    forgetFiles: (gone) => pending.forgetFiles(JSON.parse(gone)),
+    rememberFileLimit: (bytes) => earlyFiles.rememberLimit(bytes),
     runPython,
   };
   globalThis.pyodide = pyodide;
@@ -450,6 +478,7 @@ async function boot() {
   document.body.dataset.ready = "true";
   mark("interactive");
   pythonStarted();
+  earlyFiles.pythonStarted();
   setTimeout(() => warmNextStart(pyodide).catch((e) => console.warn("next start", e)), 2000);
 }
 

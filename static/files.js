@@ -221,6 +221,19 @@ export async function want(sha256) {
   return [shownUrl(sha256, found), ""];
 }
 
+// What the page shows of a kept file from this device's IndexedDB alone (no network): an object
+// URL, or "" when it is not here. For the screen painted before Python (static/early-files.js).
+export async function keptUrl(sha256) {
+  if (urls.has(sha256)) return urls.get(sha256);
+  const found = await record(sha256);
+  return found ? shownUrl(sha256, found) : "";
+}
+
+// The object URL the page shows a file with already, or "".
+export function knownUrl(sha256) {
+  return urls.get(sha256) ?? "";
+}
+
 // The bytes of a kept file, for a model on this device (webapp/files.py: read), fetched from the
 // server and kept first if this device does not have it; null when they cannot be had.
 export async function bytesOf(sha256) {

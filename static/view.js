@@ -7,6 +7,7 @@
 // bottom, new messages and streaming text keep them there; once they scroll up nothing moves
 // (the first message in view stays where it is) and "Jump to latest" appears.
 import { Idiomorph } from "/static/vendor/idiomorph/0.8.0/idiomorph.esm.js";
+import * as earlyFiles from "/static/early-files.js";
 import * as pending from "/static/pending.js";
 
 const NEAR_BOTTOM = 24; // px: this close to the end still counts as reading the latest
@@ -22,7 +23,10 @@ const byId = (id) => document.getElementById(id);
 
 export function setHtml(region, html) {
   const element = byId(region);
-  if (element) element.innerHTML = html;
+  if (!element) return;
+  // (The chips of files the page is attaching itself stay, static/early-files.js.)
+  if (region === "composer-files") earlyFiles.keepAcross(element, () => { element.innerHTML = html; });
+  else element.innerHTML = html;
 }
 
 export function morph(region, html) {
@@ -372,6 +376,9 @@ export function saveScreen() {
   copy.querySelectorAll("dialog").forEach((dialog) => dialog.removeAttribute("open")); // (a dialog is this moment's)
   copy.querySelector("#settings-body")?.replaceChildren();
   copy.querySelectorAll("[data-sending]").forEach((element) => element.remove()); // (static/pending.js has them)
+  // (So has it the files the page attached itself; a file being attached, or refused, is this moment's.)
+  copy.querySelectorAll("#composer-files > [data-early], #composer-files > .attaching, #composer-files > .refused")
+    .forEach((element) => element.remove());
   const editing = !box.hasAttribute("data-draft");
   copy.querySelector("#composer-text")?.setAttribute("data-draft", "");
   const record = {

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from shared.assistants import DEFAULT_SAMPLING, Assistant, Model, ModelAssistant, RunInput, Sampling, failure_message
 from shared.followups import MAX_QUEUED, Sender, send_next
 from shared.instructions import layers_for, system_message
@@ -36,7 +38,7 @@ from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
 from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
-from webapp.files import MAX_FILES, Files, FilesHost, Held, TooLarge, any_image, composer_files, message_files
+from webapp.files import MAX_FILES, Files, FilesHost, Held, Shown, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
 from webapp.pane import MessagePane, MessagesView
@@ -606,10 +608,9 @@ class Client:
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if self.store.message(message_id) is not None:
             return  # saved already
-        await self._attached(draft_of)  # (a file attached just before Send goes with it)
+        attached = await self._files_sent(draft_of, data)
         if self.store.message(message_id) is not None:
             return
-        attached = tuple(self.store.draft_files(draft_of))
         if not text and not attached:
             return
         chat_id = draft_of if self.store.chat(draft_of) else None
@@ -640,7 +641,7 @@ class Client:
         try:
             if attached:  # queued before the message is in the outbox: it never waits for a file not queued
                 await self.store.enqueue_uploads(attached)
-            await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of)
+            await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of, draft_files=[a.sha256 for a in attached])
         except Exception:
             self.view.restore_text("#composer-text", text)  # not saved: the text goes back
             raise
@@ -654,6 +655,72 @@ class Client:
             self._draw_composer_files()
         if assistant != NO_ASSISTANT and not queue:
             await self._ask(self.choice.get(assistant), message, preset_id)
+
+    async def _files_sent(self, draft_of: str, data: dict[str, Any]) -> tuple[Attachment, ...]:
+        """The files a message from the composer takes: the draft's (a file attached just before
+        Send goes with it); or, when the page says which (``files``: a Send before Python was
+        up, static/early-files.js), exactly those, beside the draft's only with ``draft``."""
+        named = data.get("files")
+        taken: list[Attachment] = []
+        if not isinstance(named, list) or data.get("draft"):
+            await self._attached(draft_of)
+            taken += self.store.draft_files(draft_of)
+        for reference in named if isinstance(named, list) else []:
+            try:
+                taken.append(Attachment.model_validate(reference))
+            except ValidationError:
+                log.warning("a file the page sent with a message is not a reference: left out")
+        unique: dict[str, Attachment] = {}
+        for attachment in taken:  # (once each, where it came first)
+            unique.setdefault(attachment.sha256, attachment)
+        return tuple(unique.values())[:MAX_FILES]
+
+    async def adopt_draft_files(self, kept: list[Any]) -> list[tuple[str, str, int]]:
+        """The files the page attached to drafts, or took off them, while Python was not up
+        (static/early-files.js; ``[{chat, sha256, attachment | removed, at, url?}]``, oldest
+        first, their bytes kept on this device before these were): taken into the drafts, in
+        one durable write, the page's object URL kept to show each with. Returns the entries the
+        page may forget (``[chat, sha256, at]``): all of them. A file over the largest the server
+        takes, or past a message's number of files, is refused in words as when attached here."""
+        added: list[tuple[str, Attachment]] = []
+        removed: list[tuple[str, str]] = []
+        have: dict[str, int] = {}
+        gone: list[tuple[str, str, int]] = []
+        for entry in kept:
+            if not isinstance(entry, dict) or not isinstance(entry.get("chat"), str):
+                continue
+            chat_id, sha256 = entry["chat"], str(entry.get("sha256", ""))
+            gone.append((chat_id, sha256, entry.get("at", 0)))
+            if entry.get("removed"):
+                removed.append((chat_id, sha256))
+                continue
+            try:
+                attachment = Attachment.model_validate(entry.get("attachment"))
+            except ValidationError:
+                log.warning("a file the page attached is not a reference: left out")
+                continue
+            if chat_id not in have:
+                have[chat_id] = len(self.store.draft_files(chat_id))
+            if attachment.size > self.files.max_file_bytes or have[chat_id] >= MAX_FILES:
+                why = self.files.refusal(attachment.name, attachment.size) if attachment.size > self.files.max_file_bytes else None
+                self._refused.setdefault(chat_id, []).append(
+                    why or f"{attachment.name} is not attached: a message takes at most {MAX_FILES} files."
+                )
+                continue
+            have[chat_id] += 1
+            added.append((chat_id, attachment))
+            if isinstance(entry.get("url"), str) and entry["url"] and attachment.sha256 not in self.files.shown:
+                self.files.shown[attachment.sha256] = Shown(url=entry["url"])
+        if added or removed:
+            await self.store.change_draft_files(added, removed)
+        return gone
+
+    async def _on_adopt_files(self, data: dict[str, Any]) -> None:
+        """Files the page attached (or took off) before Python was up, kept after Python's start
+        had adopted the rest (``adopt_draft_files``)."""
+        await self.adopt_draft_files(list(data.get("files", [])))
+        self._draw_composer_files()
+        self.chats.draw_list()  # (its Draft marks)
 
     async def adopt_drafts(self, kept: dict[str, Any]) -> dict[str, int]:
         """What the page kept of the composer's text ({chat: {text, at}}; static/pending.js),
@@ -984,8 +1051,9 @@ class Client:
         payload: Payload,
         draft_of: str | None = None,
         resolves: Iterable[str] = (),
+        draft_files: Iterable[str] | None = None,
     ) -> None:
         """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
         event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
-        await self.store.add_local(event, draft_of=draft_of, resolves=resolves)
+        await self.store.add_local(event, draft_of=draft_of, resolves=resolves, draft_files=draft_files)
         self.engine.kick()

@@ -177,7 +177,10 @@ class BrowserTransport:
             response = await pyfetch("/blobs", method="OPTIONS", credentials="same-origin", headers=TUS_HEADERS)
         except Exception:  # (as _request)
             raise NetworkError(UNREACHABLE) from None
-        return max_size({k.lower(): v for k, v in response.headers.items()})
+        limit = max_size({k.lower(): v for k, v in response.headers.items()})
+        if limit is not None:  # (the page refuses a file over it itself before Python is up: static/early-files.js)
+            js.chatHost.rememberFileLimit(limit)
+        return limit
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         status, headers = await _blob_request("HEAD", sha256, {})
@@ -410,6 +413,10 @@ async def main() -> Client:
     # draws the composer.
     gone = await client.adopt_drafts(json.loads(await js.chatHost.drafts()))
     js.chatHost.forgetDrafts(json.dumps(gone))
+    # ...and so are the files it attached to drafts, or took off them, before Python was up.
+    adopted = await client.adopt_draft_files(json.loads(await js.chatHost.draftFiles()))
+    await js.chatHost.forgetFiles(json.dumps(adopted))
+    js.chatHost.rememberFileLimit(client.files.max_file_bytes)
     js.globalThis.chatDispatch = create_proxy(dispatch)
     js.globalThis.chatSource = create_proxy(client.source)
     js.globalThis.chatOnline = create_proxy(lambda *_: client.online_again())

@@ -138,7 +138,7 @@ class Files:
         assert host is not None
         if size > self.max_file_bytes:
             host.release(token)
-            raise TooLarge(f"{name} is {size_text(size)}: the largest file the server takes is {size_text(self.max_file_bytes)}.")
+            raise TooLarge(self.refusal(name, size))
         try:
             sha256 = await host.digest(token)
         except Exception:  # (the page's worker could not: hashed here, a slice at a time)
@@ -150,6 +150,10 @@ class Files:
         width, height = dims if dims is not None else (None, None)
         return Attachment(sha256=sha256, name=name[:255] or "file", mime=mime[:255] or "application/octet-stream",
                           size=size, width=width, height=height)  # fmt: skip
+
+    def refusal(self, name: str, size: int) -> str:
+        """Why a file over the largest the server takes is not attached."""
+        return f"{name} is {size_text(size)}: the largest file the server takes is {size_text(self.max_file_bytes)}."
 
     async def read(self, sha256: str) -> bytes | None:
         """A file's bytes, for a model on this device (shared/prompt.py); None when they cannot
@@ -248,8 +252,9 @@ def composer_files(
     for a in attachments:
         shown = files.show(a.sha256)
         thumb = f'<span class="thumb">{_picture(a, shown)}</span>' if is_image(a) else ""
-        chips.append(
-            f'<li class="chip">{thumb}<span class="name">{escape(a.name)}</span> <span class="size">{size_text(a.size)}</span>'
+        chips.append(  # (with its reference: a Send before Python is up carries it, static/early-files.js)
+            f'<li class="chip" data-attachment="{escape(a.model_dump_json())}">{thumb}<span class="name">{escape(a.name)}</span> '
+            f'<span class="size">{size_text(a.size)}</span>'
             f'<button type="button" class="remove" data-action="remove-file" data-sha256="{a.sha256}" '
             f'aria-label="Remove {escape(a.name)}" title="Remove">×</button></li>'
         )

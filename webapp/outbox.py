@@ -72,10 +72,13 @@ class Rejection:
 class Outbox(Database):
     """The store's local changes (webapp/store.py: LocalStore)."""
 
-    async def add_local(self, event: DomainEvent, draft_of: str | None = None, resolves: Iterable[str] = ()) -> None:
+    async def add_local(
+        self, event: DomainEvent, draft_of: str | None = None, resolves: Iterable[str] = (), draft_files: Iterable[str] | None = None
+    ) -> None:
         """Queue ``event`` and show it, in one transaction; returns once it is durable. In the same
         transaction: the draft of chat ``draft_of`` is cleared (the message it became supersedes
-        it), the rejected events ``resolves`` are forgotten (it is their corrected form), and a
+        it; of its files, those named by ``draft_files`` when given: the ones the message took),
+        the rejected events ``resolves`` are forgotten (it is their corrected form), and a
         message created here is the one shown at its fork (an older choice there is dropped).
 
         The outbox coalesces changes to an entity whose events have never left the device: an
@@ -85,7 +88,12 @@ class Outbox(Database):
         with self._transaction() as conn:
             if draft_of is not None:
                 conn.execute("DELETE FROM drafts WHERE chat_id = ?", (draft_of,))
-                conn.execute("DELETE FROM draft_files WHERE chat_id = ?", (draft_of,))
+                if draft_files is None:
+                    conn.execute("DELETE FROM draft_files WHERE chat_id = ?", (draft_of,))
+                else:
+                    conn.executemany(
+                        "DELETE FROM draft_files WHERE chat_id = ? AND sha256 = ?", [(draft_of, sha256) for sha256 in draft_files]
+                    )
             if event.type is EventType.CHAT_DELETED:  # what this device kept about the chat goes with it
                 for table in ("drafts", "branch_choices", "rejected_events"):
                     conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (entity,))

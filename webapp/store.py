@@ -210,6 +210,16 @@ class LocalStore(Outbox, Snapshots, Uploads):
             conn.execute("DELETE FROM draft_files WHERE chat_id = ? AND sha256 = ?", (chat_id, sha256))
         await self._durable()
 
+    async def change_draft_files(self, added: list[tuple[str, Attachment]], removed: list[tuple[str, str]]) -> None:
+        """Files added to drafts (``(chat, attachment)``, kept once each as ``add_draft_file``)
+        and taken off (``(chat, sha256)``), in one durable write, in that order."""
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO draft_files VALUES (?, ?, ?)", [(chat, a.sha256, a.model_dump_json()) for chat, a in added]
+            )
+            conn.executemany("DELETE FROM draft_files WHERE chat_id = ? AND sha256 = ?", removed)
+        await self._durable()
+
     def draft_files(self, chat_id: str) -> list[Attachment]:
         """The files attached in the chat's composer, in the order they were attached."""
         rows = self.conn.execute("SELECT attachment FROM draft_files WHERE chat_id = ? ORDER BY rowid", (chat_id,))
