@@ -462,3 +462,76 @@ async def test_a_model_on_this_device_is_sent_a_text_file_as_text_and_told_an_im
     assert 'The attached file "notes.md":\n```\nline one\nline two\n\n```' in turn.content
     assert '[The attached file "cat.png" (image/png) was left out: this assistant does not read images.]' in turn.content
     assert not turn.parts  # (no image part: it reads none)
+
+
+def reference(data: bytes, name: str, mime: str, **size: int) -> dict[str, object]:
+    """A file's reference as the page makes it before Python is up (static/early-files.js)."""
+    return {"sha256": sha(data), "name": name, "mime": mime, "size": len(data), **size}
+
+
+async def test_files_the_page_attached_before_python_are_adopted_into_the_drafts_each_once(tmp_path: Path) -> None:
+    """What static/early-files.js kept while Python was not up ({chat, sha256, attachment |
+    removed, at, url}): added to the drafts (the page's object URL shown), a file taken off
+    there taken off Python's draft, once each however often it is handed over; over the limit
+    or past a message's number of files, refused in words. The page may forget every entry."""
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    await attach(client, disk, b"attached while Python was up", "old.txt", "text/plain")
+    disk.kept[sha(PNG)] = PNG  # (the page keeps the bytes before the reference)
+    disk.kept[sha(b"notes")] = b"notes"
+    entries = [
+        {"chat": chat, "sha256": sha(PNG), "attachment": reference(PNG, "cat.png", "image/png", width=64, height=48), "at": 5,
+         "url": "blob:page/cat"},
+        {"chat": chat, "sha256": sha(b"notes"), "attachment": reference(b"notes", "notes.txt", "text/plain"), "at": 6},
+        {"chat": chat, "sha256": sha(b"attached while Python was up"), "removed": True, "at": 7},
+        {"chat": "", "sha256": sha(b"x"), "attachment": reference(b"x" * 2000, "big.bin", "application/octet-stream"), "at": 8},
+        {"chat": chat, "sha256": "not a digest", "attachment": {"name": "bad"}, "at": 9},
+    ]  # fmt: skip
+    client.files.max_file_bytes = 1000
+    gone = await client.adopt_draft_files(entries)
+    assert gone == [(e["chat"], e["sha256"], e["at"]) for e in entries]  # (all of them: the page forgets them)
+    assert [a.name for a in client.store.draft_files(chat)] == ["cat.png", "notes.txt"]
+    assert client.store.draft_files("") == []
+    await client.dispatch("adopt-files", {"files": entries[:2]})  # handed over again: nothing changes
+    assert [(a.name, a.width, a.height) for a in client.store.draft_files(chat)] == [("cat.png", 64, 48), ("notes.txt", None, None)]
+    chips = page.regions["composer-files"]
+    assert chips.count('aria-label="Remove cat.png"') == 1 and 'src="blob:page/cat"' in chips
+    assert "old.txt" not in chips and 'aria-label="Remove notes.txt"' in chips
+    assert 'data-attachment="' in chips  # (the reference a Send before Python carries)
+    assert "big.bin is 2.0 KB: the largest file the server takes is 1000 bytes." in client._refused[""][0]
+
+    full = [{"chat": chat, "sha256": f"{n:064x}", "attachment": {**reference(b"", f"{n}.txt", "text/plain"), "sha256": f"{n:064x}"},
+             "at": 10 + n} for n in range(40)]  # fmt: skip
+    await client.dispatch("adopt-files", {"files": full})
+    assert len(client.store.draft_files(chat)) == 32  # a message's files at most
+    assert "39.txt is not attached: a message takes at most 32 files." in page.regions["composer-files"]
+
+
+async def test_a_send_from_before_python_takes_exactly_the_files_it_names(tmp_path: Path) -> None:
+    """A Send on the painted screen names its files (``files``): the message carries exactly
+    those, once each, and only they leave the draft (a file attached after it, and adopted before
+    Python got the send, stays); given again after a reload, nothing more is saved. Once Python
+    is up, a send naming the files the page was still attaching (``draft``) takes the draft's too."""
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk)
+    chat = client.selected or ""
+    for data in (PNG, b"later"):
+        disk.kept[sha(data)] = data
+    later = {"chat": chat, "sha256": sha(b"later"), "attachment": reference(b"later", "later.txt", "text/plain"), "at": 3}
+    await client.adopt_draft_files([later])
+    cat = reference(PNG, "cat.png", "image/png", width=640, height=480)
+    send = {"id": "01a00000-0000-7000-8000-000000000001", "chat": chat, "text": "sent before Python", "assistant": "", "files": [cat, cat]}
+    await client.dispatch("send", send)
+    await client.dispatch("send", send)  # (the page gave it again after a reload)
+    [message] = client.store.messages(chat)
+    assert [a.name for a in message.attachments] == ["cat.png"] and message.content == "sent before Python"
+    assert [a.name for a in client.store.draft_files(chat)] == ["later.txt"]  # (not this message's)
+    assert client.store.upload_state(sha(PNG)) is not None and client.store.upload_state(sha(b"later")) is None
+
+    await attach(client, disk, b"attached with Python up", "up.txt", "text/plain")
+    await client.dispatch("send", {"id": "01a00000-0000-7000-8000-000000000002", "chat": chat, "text": "both", "assistant": "",
+                                   "files": [reference(b"early", "early.txt", "text/plain")], "draft": True})  # fmt: skip
+    both = next(m for m in client.store.messages(chat) if m.content == "both")
+    assert [a.name for a in both.attachments] == ["later.txt", "up.txt", "early.txt"]
+    assert client.store.draft_files(chat) == [] and "Remove" not in page.regions["composer-files"]
