@@ -220,6 +220,53 @@ def test_a_send_with_a_file_before_python_makes_exactly_one_message(contexts: Co
     page.context.close()
 
 
+def test_the_drafts_files_painted_from_the_cache_show_and_go_with_a_send_before_python(
+    contexts: Contexts, server: Server, load: str
+) -> None:
+    """Files attached while Python was up are on the painted screen after a reload, their images
+    shown from this device (the last page's object URLs died with it); one taken off there and
+    the message sent there before Python carries exactly the other, once."""
+    picture = png(800, 600, seed=int(uuid.uuid4().int % 250))
+    page = _signed_up(contexts, server)
+    uploads = Uploads(page.context)
+    attach(page, {"name": "shown.png", "mimeType": "image/png", "buffer": picture}, {"name": "dropped.txt", "mimeType": "text/plain", "buffer": b"not sent"})
+    expect(page.get_by_role("button", name="Remove dropped.txt")).to_be_visible()
+    page.wait_for_function(  # (the render cache has both chips)
+        """() => {
+          const cache = JSON.parse(localStorage.getItem('chat-render:' + localStorage.getItem('chat-render-current')) || 'null');
+          return cache !== null && cache.html.includes('Remove shown.png') && cache.html.includes('Remove dropped.txt');
+        }"""
+    )
+    release = _hold_python(page.context)
+    page.reload(wait_until="domcontentloaded")
+    _painted(page)
+    wait_until(page, lambda: _image_shown(page, "#composer-files", "shown.png"), "the painted chip shows the image")
+    page.get_by_role("button", name="Remove dropped.txt").click()
+    expect(page.get_by_role("button", name="Remove dropped.txt")).to_have_count(0)
+    box = page.get_by_role("textbox", name="Message")
+    box.fill("the painted file")
+    box.press("Enter")
+    sent = page.get_by_role("list", name="Messages").locator("li", has=page.get_by_text("the painted file", exact=True))
+    expect(sent).to_contain_text("Saving on this device…")
+    expect(sent.get_by_role("button", name="Open shown.png")).to_be_attached()
+    expect(sent).not_to_contain_text("dropped.txt")
+    expect(page.get_by_role("list", name="Attached files").get_by_role("listitem")).to_have_count(0)
+    _before_python(page)
+
+    release(page)
+    expect(sent).to_have_count(1)
+    expect(sent).not_to_contain_text("Saving on this device…")
+    expect(sent.get_by_role("button", name="Open shown.png")).to_be_enabled()
+    expect(sent).not_to_contain_text("dropped.txt")
+    expect(page.get_by_role("list", name="Attached files").get_by_role("listitem")).to_have_count(0)
+    wait_until(page, lambda: _draft_files(page) == [], lambda: f"Python's draft has {_draft_files(page)}")
+    expect(sent.locator("[data-upload]")).to_have_count(0, timeout=60_000)
+    digest = hashlib.sha256(picture).hexdigest()
+    wait_until(page, lambda: uploads.once(digest, len(picture)), lambda: f"sent: {uploads.patches.get(digest)}")
+    assert hashlib.sha256(b"not sent").hexdigest() not in uploads.patches
+    page.context.close()
+
+
 def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
     """The browser on its profile, its service worker blocked (the test holds Python back)."""
     return playwright.chromium.launch_persistent_context(
