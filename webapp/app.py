@@ -85,6 +85,10 @@ class View(MessagesView, ChatsView, Protocol):
     def restore_text(self, selector: str, text: str) -> None:
         """Put text back into an input the user has not typed into again since."""
 
+    def put_back(self, chat_id: str, text: str, draft: str) -> None:
+        """A message not taken: its text back as the draft of ``chat_id`` (``draft``: that draft
+        as the database has it), before what was typed there since, which stays."""
+
     def reveal(self, key: str) -> None:
         """Scroll the message list to this item and mark it for a moment (a search result)."""
 
@@ -623,7 +627,7 @@ class Client:
         if queue and len(self.store.queued(chat_id)) >= MAX_QUEUED:
             self._refused[draft_of] = [f"Not sent: a chat holds at most {MAX_QUEUED} queued messages. It is back in the box."]
             self._draw_composer_files()
-            self.view.restore_text("#composer-text", text)
+            self.view.put_back(draft_of, text, self.store.draft(draft_of))
             return
         path = self.store.shown_path(chat_id)
         message = Message(
@@ -642,7 +646,7 @@ class Client:
                 await self.store.enqueue_uploads(attached)
             await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of)
         except Exception:
-            self.view.restore_text("#composer-text", text)  # not saved: the text goes back
+            self.view.put_back(draft_of, text, self.store.draft(draft_of))  # not saved: the text goes back
             raise
         if attached and self.uploads is not None:
             self.uploads.kick()

@@ -290,6 +290,9 @@ class DomView:
     def restore_text(self, selector: str, text: str) -> None:
         js.chatView.restoreText(selector, text)
 
+    def put_back(self, chat_id: str, text: str, draft: str) -> None:
+        js.chatView.putBack(chat_id, text, draft)
+
     def reveal(self, key: str) -> None:
         js.chatView.reveal(key)
 
