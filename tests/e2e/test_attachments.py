@@ -3,7 +3,8 @@ a reload, uploaded once when online, shown on another device and kept there for 
 pasted and dropped; refused over the limit with words, the text kept; an upload cut by a killed
 browser resumed from the server's offset; an image reaching a model that reads images as a
 data-URL content part, and a model that does not named before Send; the same for "Model on this
-device", which the page calls itself, with a PDF's text read in the page's worker; Export
+device", which the page calls itself, with a PDF's text read in the page's worker (offline
+too); Export
 everything as a tar with the files, imported into another account, which then holds them."""
 
 from __future__ import annotations
@@ -322,6 +323,20 @@ def test_a_model_on_this_device_that_reads_images_is_sent_them_and_a_pdfs_text_b
     first, second = [m for m in upstream.requests[-1]["messages"] if m["role"] == "user"]
     assert first["content"] == question["content"]  # the earlier turn's image and text, built again
     assert second["content"] == "And the second page?"
+    page.context.close()
+
+
+def test_a_pdfs_text_is_read_in_the_page_with_no_network(contexts: Contexts, server: Server) -> None:
+    """pypdf, which the page's start does not load, is precached by the service worker: the
+    first PDF read offline (after a reload, a new worker) still has its text."""
+    page = signed_up(contexts, server)
+    wait_for_service_worker(page)
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    page.context.set_offline(True)
+    read = "async (bytes) => await chatHost.readPdf(new Uint8Array(bytes), 60)"
+    assert page.evaluate(read, list(minimal_pdf("Offline figures"))) == "Offline figures"
+    assert page.evaluate(read, list(b"%PDF-1.4 broken")) == ""  # (no text: the page leaves it out with a note)
     page.context.close()
 
 
