@@ -32,6 +32,7 @@ from shared.models import (
     RunRequest,
     Session,
 )
+from shared.prompt import PdfReader
 from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
@@ -133,6 +134,9 @@ class Services:
     device_model: Callable[[str, str], Model] | None = None
     # Runs the local helper's Python snippets (in the browser: a worker that can be stopped).
     python_tool: Callable[[str], Awaitable[str]] | None = None
+    # Reads a PDF's text for the model on this device (shared/pdf.py; in the browser: in that
+    # worker, which loads pypdf only then). None: in this interpreter.
+    read_pdf: PdfReader | None = None
     # Runs a callback before the next paint (in the browser: requestAnimationFrame).
     schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
     # This device's time with its UTC offset (in the browser, the page's: Pyodide's clock is UTC).
@@ -190,7 +194,7 @@ class Client:
         ))  # fmt: skip
         self.choice = AssistantChoice(
             self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files,
-            read_file=self.files.read if services.files is not None else None,
+            read_file=self.files.read if services.files is not None else None, read_pdf=services.read_pdf,
         )  # fmt: skip
         self.choice.chat_preset = self._chat_preset
         self.steering = Steering(self.store, self.view, SteeringHost(
@@ -256,8 +260,8 @@ class Client:
             self._show_sign_in_page(ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
             return
-        device = self.choice.device_model() or {}
-        layout = ui.layout(account.username, device.get("url", ""), device.get("model", ""))
+        device = self.choice.device_model()
+        layout = ui.layout(account.username, device.url, device.model, device.vision) if device else ui.layout(account.username)
         key = hashlib.sha1(layout.encode()).hexdigest()[:16]
         shown = self.view.cached(account.user_id, key)  # painted before Python: taken over as it is
         if shown is None:
