@@ -2,10 +2,12 @@
 with each user message's attachments made into what the model reads, here and now, from the
 bytes of each file (nothing of it is stored: the next turn builds it again). The server's runs
 read the blobs the account holds (server/runs.py); "Model on this device" reads the page's
-IndexedDB (webapp/assistants.py). Runs under CPython and Pyodide (pypdf is imported only for a
-PDF: where it is not installed, the browser, a PDF is left out with a note).
+IndexedDB (webapp/assistants.py). Runs under CPython and Pyodide. A PDF's text is read by
+shared/pdf.py: on the server in a thread, in the browser by the page's Python worker, which loads
+pypdf only then (``PdfReader``: webapp/browser.py).
 
-* An image (PNG, JPEG, GIF, WebP, by the server's sniffing) goes to an assistant with
+* An image (PNG, JPEG, GIF, WebP, by its first bytes: shared/sniff.py, never the name or the
+  type its sender claimed) goes to an assistant with
   ``vision`` as an OpenAI content part ``{"type": "image_url", "image_url": {"url":
   "data:<type>;base64,..."}}``; to one without, a note in the text says it was left out.
 * A text file (any UTF-8 text: plain text, Markdown, CSV, JSON, source code) goes as text with
@@ -19,17 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared.assistants import Turn, turns_of
 from shared.models import Attachment, Message
+from shared.pdf import pdf_text
 from shared.sniff import IMAGE_TYPES, PDF_TYPE, SNIFF_BYTES, TEXT_TYPE, sniff
-
-log = logging.getLogger(__name__)
 
 MAX_FILE_CHARS = 100_000  # of one file's text
 MAX_TEXT_CHARS = 400_000  # of all the files' text in one request
@@ -37,6 +36,13 @@ MAX_TEXT_CHARS = 400_000  # of all the files' text in one request
 # The bytes of a file by its digest, or None when they cannot be had (not on the server; not on
 # this device nor reachable).
 BlobReader = Callable[[str], Awaitable[bytes | None]]
+# The text of a PDF's bytes (shared/pdf.py's ``pdf_text``, wherever it runs), or None.
+PdfReader = Callable[[bytes], Awaitable[str | None]]
+
+
+async def read_pdf_here(data: bytes) -> str | None:
+    """``pdf_text`` in this interpreter: in a thread (it can take a while), where there are threads."""
+    return pdf_text(data) if sys.platform == "emscripten" else await asyncio.to_thread(pdf_text, data)
 
 
 def awaited_attachments(history: list[Message]) -> set[str]:
@@ -52,16 +58,19 @@ def awaited_attachments(history: list[Message]) -> set[str]:
     return wanted
 
 
-async def prompt_turns(history: list[Message], vision: bool, read: BlobReader) -> list[Turn]:
-    """The turns of ``history`` with their attachments in them (see the module docstring)."""
+async def prompt_turns(
+    history: list[Message], vision: bool, read: BlobReader, read_pdf: PdfReader = read_pdf_here
+) -> list[Turn]:
+    """The turns of ``history`` with their attachments in them (see the module docstring);
+    ``read_pdf`` reads a PDF's text (the browser's reads it in its Python worker)."""
     budget = [MAX_TEXT_CHARS]
     turns = []
     for turn in turns_of(history):
-        turns.append(await _with_attachments(turn, vision, read, budget) if turn.attachments else turn)
+        turns.append(await _with_attachments(turn, vision, read, read_pdf, budget) if turn.attachments else turn)
     return turns
 
 
-async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, budget: list[int]) -> Turn:
+async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, read_pdf: PdfReader, budget: list[int]) -> Turn:
     text = turn.content
     images: list[dict[str, Any]] = []
     for attachment in turn.attachments:
@@ -80,7 +89,7 @@ async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, budget: 
         if kind == TEXT_TYPE:
             content = data.decode("utf-8", errors="replace")
         elif kind == PDF_TYPE:
-            read_text = pdf_text(data) if sys.platform == "emscripten" else await asyncio.to_thread(pdf_text, data)
+            read_text = await read_pdf(data)
             if read_text is None:
                 text += _note(attachment, "(a PDF) was left out: no text could be read from it")
                 continue
@@ -107,15 +116,3 @@ def _file(attachment: Attachment, content: str, budget: list[int]) -> str:
     end = f"\n[... the rest of the file, {len(content):,} characters on, is left out]" if cut else ""
     return f'\n\nThe attached file "{attachment.name}":\n```\n{content}\n```{end}'
 
-
-def pdf_text(data: bytes) -> str | None:
-    """The text of a PDF's pages, or None when there is none or the file cannot be read."""
-    try:
-        import pypdf  # (not in the browser: a PDF is left out there)
-
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages).strip()
-    except Exception as e:  # (a broken or encrypted PDF: pypdf raises many kinds; no pypdf here)
-        log.info("a PDF's text could not be read: %s", e)
-        return None
-    return text or None

@@ -141,11 +141,12 @@ function persist(pyodide, writes) {
 }
 
 // The local helper's Python tool, in a worker of its own (static/python-worker.js): a snippet that
-// runs longer than `seconds` is stopped by ending the worker (the next one starts afresh).
-// Snippets run one at a time.
+// runs longer than `seconds` is stopped by ending the worker (the next one starts afresh). The
+// same worker reads a PDF's text for the model on this device (readPdf: pypdf is loaded there,
+// and only then). One job at a time.
 let pythonWorker = null;
 let pythonChain = Promise.resolve();
-function runOnePython(code, seconds) {
+function oneJob(message, seconds, transfer) {
   pythonWorker ||= new Worker("/static/python-worker.js", { type: "module" });
   const worker = pythonWorker;
   return new Promise((resolve, reject) => {
@@ -159,15 +160,18 @@ function runOnePython(code, seconds) {
       if (event.data.error !== undefined) reject(new Error(event.data.error));
       else resolve(event.data.output);
     };
-    worker.postMessage({ code });
+    worker.postMessage(message, transfer);
   });
 }
-function runPython(code, seconds) {
-  const run = () => runOnePython(code, seconds);
+function inPythonWorker(message, seconds, transfer = []) {
+  const run = () => oneJob(message, seconds, transfer);
   const result = pythonChain.then(run, run);
   pythonChain = result.catch(() => {});
   return result;
 }
+const runPython = (code, seconds) => inPythonWorker({ code }, seconds);
+// A PDF's bytes (a Uint8Array, handed over) -> its text, "" when it has none (webapp/browser.py).
+const readPdf = (bytes, seconds) => inPythonWorker({ pdf: bytes }, seconds, [bytes.buffer]);
 
 // Python's answer to an action, once it has done it (its effects durable where it writes). An
 // action taken before Python is ready (on the screen painted from the render cache) waits for it,
@@ -438,6 +442,10 @@ function wireEvents() {
   view.wire();
 }
 
+// In the lock (so served, checked and precached like the others) but not loaded at start: pypdf
+// is loaded by the Python worker when a PDF is to be read (readPdf).
+const LAZY_PACKAGES = ["pypdf"];
+
 async function boot() {
   earlyFiles.start({ dispatch, pythonUp: () => Boolean(globalThis.chatDispatch) });
   if (globalThis.isSecureContext === false) showInsecureNotice();
@@ -446,7 +454,7 @@ async function boot() {
   if (navigator.storage?.persist) navigator.storage.persist().catch(() => {});
   const lockFileURL = new URL("/static/vendor/app-lock.json", location).href; // must be absolute
   const lockText = await (await fetch(lockFileURL)).text();
-  const packages = Object.keys(JSON.parse(lockText).packages);
+  const packages = Object.keys(JSON.parse(lockText).packages).filter((name) => !LAZY_PACKAGES.includes(name));
   const [pyodide, bundle, files] = await Promise.all([
     startPython(lockFileURL, packages, mark).then(step("pyodide")),
     fetch("/py/app.zip").then((r) => r.arrayBuffer()).then(step("bundle")),
@@ -472,6 +480,7 @@ async function boot() {
     forgetFiles: (gone) => pending.forgetFiles(JSON.parse(gone)),
     rememberFileLimit: (bytes) => earlyFiles.rememberLimit(bytes),
     runPython,
+    readPdf,
   };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");

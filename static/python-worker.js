@@ -1,7 +1,9 @@
 // The local helper's Python tool runs here, in a Pyodide of its own, so that a snippet that never
 // ends can be stopped (the page terminates this worker) without freezing the page. It loads only
 // the standard library and our webapp/python_tool.py, from this origin (the service worker has
-// them for offline use).
+// them for offline use). It also reads a PDF's text for the model on this device, with
+// shared/pdf.py, the server's own function: pypdf is loaded then, on the first PDF, not before
+// (from this origin too: the lock's wheel, which the service worker keeps).
 import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 
 const ready = (async () => {
@@ -15,13 +17,29 @@ const ready = (async () => {
     fetch("/py/app.zip").then((r) => r.arrayBuffer()),
   ]);
   pyodide.unpackArchive(bundle, "zip", { extractDir: "/home/pyodide" });
-  return pyodide.pyimport("webapp.python_tool").run_python;
+  return pyodide;
 })();
+
+// A PDF's bytes (a Uint8Array) -> its text, "" when none could be read.
+const PDF_TEXT = `
+from shared.pdf import pdf_text
+def read_pdf(data):
+    return pdf_text(data.to_bytes()) or ""
+read_pdf`;
+let readPdf = null;
 
 self.onmessage = async (event) => {
   try {
-    const run = await ready;
-    self.postMessage({ output: run(event.data.code) });
+    const pyodide = await ready;
+    if (event.data.pdf !== undefined) {
+      if (!readPdf) {
+        await pyodide.loadPackage("pypdf", { messageCallback: () => {} });
+        readPdf = pyodide.runPython(PDF_TEXT);
+      }
+      self.postMessage({ output: readPdf(event.data.pdf) });
+      return;
+    }
+    self.postMessage({ output: pyodide.pyimport("webapp.python_tool").run_python(event.data.code) });
   } catch (error) {
     // A Python exception's message ends with the line that matters; run_python wraps the
     // snippet's own error ("RuntimeError: ZeroDivisionError: ...") and the page wraps it again.

@@ -197,6 +197,24 @@ export function restoreText(selector, text) {
   box.dispatchEvent(new Event("input", { bubbles: true }));
 }
 
+// A message the app could not take (a chat's queue full, a failed save), its text given back as
+// the draft of the chat it was written in: before what was typed there since it was sent, which
+// stays (`draft`: that chat's draft as Python has it, for a chat the composer does not show), so
+// neither is lost; nothing if the draft holds it already.
+export function putBack(chat, text, draft) {
+  const box = byId("composer-text");
+  const shown = box?.dataset.chat === chat && box.hasAttribute("data-draft"); // (not while editing a message)
+  const now = shown ? box.value : draft;
+  if (!text || now.includes(text)) return;
+  const merged = now.trim() ? `${text}\n${now}` : text;
+  if (!shown) {
+    pending.keepDraft(chat, merged); // (durable, then handed to Python as any draft)
+    return;
+  }
+  box.value = merged;
+  box.dispatchEvent(new Event("input", { bubbles: true })); // (kept and fitted as if typed)
+}
+
 // The page sent the composer's message in no chat: the message makes chat `chat` (Python makes it
 // with that id), and what is typed from now on is that chat's, as if the app had set it there.
 export function composeIn(chat) {

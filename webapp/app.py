@@ -34,6 +34,7 @@ from shared.models import (
     RunRequest,
     Session,
 )
+from shared.prompt import PdfReader
 from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
@@ -87,6 +88,10 @@ class View(MessagesView, ChatsView, Protocol):
     def restore_text(self, selector: str, text: str) -> None:
         """Put text back into an input the user has not typed into again since."""
 
+    def put_back(self, chat_id: str, text: str, draft: str) -> None:
+        """A message not taken: its text back as the draft of ``chat_id`` (``draft``: that draft
+        as the database has it), before what was typed there since, which stays."""
+
     def reveal(self, key: str) -> None:
         """Scroll the message list to this item and mark it for a moment (a search result)."""
 
@@ -131,6 +136,9 @@ class Services:
     device_model: Callable[[str, str], Model] | None = None
     # Runs the local helper's Python snippets (in the browser: a worker that can be stopped).
     python_tool: Callable[[str], Awaitable[str]] | None = None
+    # Reads a PDF's text for the model on this device (shared/pdf.py; in the browser: in that
+    # worker, which loads pypdf only then). None: in this interpreter.
+    read_pdf: PdfReader | None = None
     # Runs a callback before the next paint (in the browser: requestAnimationFrame).
     schedule_frame: Callable[[Callable[[], None]], None] = lambda draw: draw()
     # This device's time with its UTC offset (in the browser, the page's: Pyodide's clock is UTC).
@@ -188,7 +196,7 @@ class Client:
         ))  # fmt: skip
         self.choice = AssistantChoice(
             self.store, self.view, services.transport, services.python_tool, services.device_model, self._draw_composer_files,
-            read_file=self.files.read if services.files is not None else None,
+            read_file=self.files.read if services.files is not None else None, read_pdf=services.read_pdf,
         )  # fmt: skip
         self.choice.chat_preset = self._chat_preset
         self.steering = Steering(self.store, self.view, SteeringHost(
@@ -254,8 +262,8 @@ class Client:
             self._show_sign_in_page(ui.auth_form(note=kept))
             self.view.focus("input[name=username]")
             return
-        device = self.choice.device_model() or {}
-        layout = ui.layout(account.username, device.get("url", ""), device.get("model", ""))
+        device = self.choice.device_model()
+        layout = ui.layout(account.username, device.url, device.model, device.vision) if device else ui.layout(account.username)
         key = hashlib.sha1(layout.encode()).hexdigest()[:16]
         shown = self.view.cached(account.user_id, key)  # painted before Python: taken over as it is
         if shown is None:
@@ -623,8 +631,8 @@ class Client:
         queue = chat_id in self.store.running() or bool(self.store.queued(chat_id))
         if queue and len(self.store.queued(chat_id)) >= MAX_QUEUED:
             self._refused[draft_of] = [f"Not sent: a chat holds at most {MAX_QUEUED} queued messages. It is back in the box."]
-            self._draw_composer_files()
-            self.view.restore_text("#composer-text", text)
+            await self._files_back(draft_of, attached)
+            self.view.put_back(draft_of, text, self.store.draft(draft_of))
             return
         path = self.store.shown_path(chat_id)
         message = Message(
@@ -643,7 +651,8 @@ class Client:
                 await self.store.enqueue_uploads(attached)
             await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of, draft_files=[a.sha256 for a in attached])
         except Exception:
-            self.view.restore_text("#composer-text", text)  # not saved: the text goes back
+            self.view.put_back(draft_of, text, self.store.draft(draft_of))  # not saved: the text goes back
+            await self._files_back(draft_of, attached)
             raise
         if attached and self.uploads is not None:
             self.uploads.kick()
@@ -674,6 +683,15 @@ class Client:
         for attachment in taken:  # (once each, where it came first)
             unique.setdefault(attachment.sha256, attachment)
         return tuple(unique.values())[:MAX_FILES]
+
+    async def _files_back(self, draft_of: str, attached: tuple[Attachment, ...]) -> None:
+        """A message not taken: its files back in the draft it was sent from, as its text (a
+        send from before Python was up had taken them off it, static/early-files.js)."""
+        try:
+            await self.store.change_draft_files([(draft_of, a) for a in attached], [])
+        except Exception:  # (the database failing: the page's IndexedDB still has the files)
+            log.exception("the files of a message not taken could not go back to its draft")
+        self._draw_composer_files()
 
     async def adopt_draft_files(self, kept: list[Any]) -> list[tuple[str, str, int]]:
         """The files the page attached to drafts, or took off them, while Python was not up

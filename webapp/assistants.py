@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shared.assistants import Assistant, Model, ModelAssistant, RunInput
 from shared.models import DomainEvent, EventType, Message, Role, RunRequest
-from shared.prompt import BlobReader, prompt_turns
+from shared.prompt import BlobReader, PdfReader, prompt_turns, read_pdf_here
 from webapp import ui
 from webapp.calculator import CalculationError, calculate, parse
 from webapp.python_tool import MAX_ERROR, cut, run_python
@@ -117,6 +118,16 @@ _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 _ARITHMETIC = re.compile(r"^[\d\s.+\-*/%()^,a-z_]*$")
 
 
+@dataclass(frozen=True)
+class DeviceModel:
+    """The model on this device the person set up: its base URL, its name, and whether it reads
+    images (as a server assistant's ``vision``: off unless said)."""
+
+    url: str
+    model: str
+    vision: bool = False
+
+
 class ChoiceView(Protocol):
     def morph(self, region: str, html: str) -> None: ...
 
@@ -135,11 +146,14 @@ class AssistantChoice:
         device_model: Callable[[str, str], Model] | None,
         on_change: Callable[[], None] = lambda: None,
         read_file: BlobReader | None = None,
+        read_pdf: PdfReader | None = None,
     ) -> None:
         """``on_change``: called once the choice, or what is offered, is drawn anew; ``read_file``:
         the bytes of an attached file on this device (what "Model on this device" is sent of
-        the files: shared/prompt.py, as the server's runs are)."""
+        the files: shared/prompt.py, as the server's runs are); ``read_pdf``: a PDF's text (the
+        browser's reads it in its Python worker; here by default)."""
         self.read_file = read_file
+        self.read_pdf = read_pdf or read_pdf_here
         self.store = store
         self._on_change = on_change
         self.view = view
@@ -160,16 +174,18 @@ class AssistantChoice:
         local: list[Assistant] = [ToolAssistant(self.python_tool)]
         device = self.device_model()
         if device and self.make_device_model is not None:
-            model = self.make_device_model(device["url"], device["model"])
-            read = self.read_file
-            prompt = None if read is None else (lambda history: prompt_turns(history, False, read))  # (it reads no images)
-            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device['model']}", model, prompt=prompt))
+            model = self.make_device_model(device.url, device.model)
+            read, read_pdf, vision = self.read_file, self.read_pdf, device.vision
+            prompt = None if read is None else (lambda history: prompt_turns(history, vision, read, read_pdf))
+            local.append(ModelAssistant(DEVICE_MODEL_ID, f"On this device: {device.model}", model, prompt=prompt))
         return [RemoteAssistant(a.id, a.name) for a in remote] + local
 
-    def device_model(self) -> dict[str, str] | None:
-        """The model on this device the user set up ({"url", "model"}), if any."""
-        found: dict[str, str] | None = json.loads(self.store.setting("device_model") or "null")
-        return found
+    def device_model(self) -> DeviceModel | None:
+        """The model on this device the user set up, if any."""
+        found = json.loads(self.store.setting("device_model") or "null")
+        if not found:
+            return None
+        return DeviceModel(str(found["url"]), str(found["model"]), bool(found.get("vision", False)))
 
     def get(self, assistant_id: str) -> Assistant:
         found = next((a for a in self.offered() if a.id == assistant_id), None)
@@ -177,9 +193,13 @@ class AssistantChoice:
 
     def image_note(self) -> str | None:
         """Why the images in the draft will not be seen, if the chosen assistant does not read
-        them (only the server's assistants that say ``vision`` do; those on this device do not)."""
+        them (the server's assistants that say ``vision`` do, and the model on this device when
+        it is marked as reading images; the local helper does not)."""
         chosen = self.chosen()
         if any(a.id == chosen and a.vision for a in self._remote()):
+            return None
+        device = self.device_model()
+        if chosen == DEVICE_MODEL_ID and device is not None and device.vision and self.make_device_model is not None:
             return None
         name = next((a.name for a in self.offered() if a.id == chosen), chosen)
         return f"{name} does not read images: they are left out of what it is sent."
@@ -236,9 +256,14 @@ class AssistantChoice:
         self._on_change()
 
     async def on_device_model(self, data: dict[str, Any]) -> None:
-        """The on-device model's settings (empty: none)."""
+        """The on-device model's settings (empty: none); ``vision`` is its "Reads images" box
+        (a form sends "on" when it is ticked, nothing when not)."""
         url, model = str(data.get("url", "")).strip(), str(data.get("model", "")).strip()
-        await self.store.set_setting("device_model", json.dumps({"url": url, "model": model} if url and model else None))
+        vision = data.get("vision") in ("on", True, "true")
+        await self.store.set_setting(
+            "device_model", json.dumps({"url": url, "model": model, "vision": vision} if url and model else None)
+        )
+        self.reset()  # (drawn again, and the composer's note with it: whether it reads images may be all that changed)
         self.draw()
 
 

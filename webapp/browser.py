@@ -69,6 +69,23 @@ async def _run_python(code: str) -> str:
         raise RuntimeError(message.removeprefix("Error: ")) from None
 
 
+# A PDF's text gets this long (the worker's start-up and pypdf's loading included) before the
+# worker is stopped and the PDF left out with a note: a PDF made to be slow cannot hold up the answer.
+PDF_SECONDS = 60
+
+
+async def _read_pdf(data: bytes) -> str | None:
+    """A PDF's text for the model on this device: shared/pdf.py's ``pdf_text``, run in the Python
+    worker (static/python-worker.js), which loads pypdf only then (so it never slows the start),
+    from this origin; off the page's thread. None when it cannot be read (nor pypdf loaded)."""
+    try:
+        found = str(await js.chatHost.readPdf(to_js(data), PDF_SECONDS))  # ("" when it has none)
+    except Exception as error:  # the worker's report: the PDF is left out with a note
+        js.console.warn(f"a PDF's text could not be read: {getattr(error, 'message', None) or error}")
+        return None
+    return found or None
+
+
 async def _store_chunks(writes: Writes) -> None:
     """One strict IndexedDB transaction with these chunks and the files' sizes (static/app.js
     runs them one at a time, and only while this tab owns the database)."""
@@ -293,6 +310,9 @@ class DomView:
     def restore_text(self, selector: str, text: str) -> None:
         js.chatView.restoreText(selector, text)
 
+    def put_back(self, chat_id: str, text: str, draft: str) -> None:
+        js.chatView.putBack(chat_id, text, draft)
+
     def reveal(self, key: str) -> None:
         js.chatView.reveal(key)
 
@@ -397,6 +417,7 @@ async def main() -> Client:
             local_now=_local_now,
             device_model=FetchModel,
             python_tool=_run_python,
+            read_pdf=_read_pdf,
             schedule_frame=_next_frame,
             files=PageFiles(),
             blobs=PageBlobs(),

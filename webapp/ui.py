@@ -98,7 +98,7 @@ def sign_out(username: str, unsent: int) -> str:
 </form>"""
 
 
-def layout(username: str, device_url: str = "", device_model: str = "") -> str:
+def layout(username: str, device_url: str = "", device_model: str = "", device_vision: bool = False) -> str:
     return f"""
 <aside class="sidebar" id="sidebar">
   <button type="button" class="new-chat" data-action="new-chat">New chat</button>
@@ -121,6 +121,9 @@ def layout(username: str, device_url: str = "", device_model: str = "") -> str:
       this page. It must allow this page's origin (CORS).</p>
       <label>Base URL <input name="url" placeholder="http://127.0.0.1:11434/v1" value="{escape(device_url)}"></label>
       <label>Model <input name="model" placeholder="llama3.2" value="{escape(device_model)}"></label>
+      <label class="check"><input type="checkbox" name="vision"{" checked" if device_vision else ""}> Reads images</label>
+      <p>Tick it for a model that takes images (llava, gemma3, qwen2.5vl): an attached
+      image is then sent to it; otherwise it is told the image was left out.</p>
       <button type="submit">Save</button>
     </form>
   </details>

@@ -36,6 +36,18 @@ _s = chat_client.store
 json.dumps({"chats": {c.id: {"title": c.title} for c in _s.chats()}, "messages": {m.id: _row(m) for m in _s.all_messages()},
             "outbox": _s.pending_count(), "uploads": len(_s.queued_uploads()), "lastSeq": _s.last_seq()})
 """
+# What the app made of a message sent from the composer, found by its tag: taken (Python drew it:
+# the page's own drawing at Send, static/view.js: showSending, is marked data-sending until then)
+# or refused (that drawing gone, the text back in the composer and the reason under it; a Send
+# that did nothing is neither); else null.
+SENT = """(tag) => {
+  const item = [...document.querySelectorAll("#messages > li")].find((li) => li.querySelector(".content")?.textContent.includes(tag));
+  if (item && !item.hasAttribute("data-sending")) return { id: item.id.replace(/^m-/, ""), text: item.querySelector(".content").innerText };
+  const box = document.getElementById("composer-text");
+  const note = document.getElementById("composer-files").innerText;  // (the app's words for it: "Not sent: ...")
+  if (!item && box.value.includes(tag) && note.includes("Not sent")) return { refused: note, composer: box.value };
+  return null;
+}"""
 SETTLED = "chat_client.store.pending_count() == 0 and not chat_client.store.queued_uploads()"
 WORDS = "a page typed this while the servers were dying and the sockets were cut".split()
 
@@ -138,6 +150,10 @@ class BrowserDevice:
         return tag
 
     async def _send(self, assistant: str) -> None:
+        """Type a tagged sentence and press Enter, then wait for what the app made of it: the
+        message taken (drawn by Python, no longer the page's own "Saving on this device…"
+        drawing) or refused (the chat's queue full: the page's drawing gone and the text back in
+        the composer), each recorded as such."""
         assert self.page is not None
         page = self.page
         tag = await self._type()
@@ -145,21 +161,21 @@ class BrowserDevice:
         chat = await self._chat()
         await page.get_by_role("textbox", name="Message").press("Enter")
         self.history.record({"op": "typed", "browser": self.name, "chat": chat, "text": ""})
-        item = page.get_by_role("list", name="Messages").get_by_role("listitem").filter(has_text=f"[{tag}]")
+        event = f"{self.name}-{self.written}"
+        save = {"op": "save", "device": self.name, "event": event, "type": "MessageAppended", "entity": "", "chat": chat,
+                "text": f"[{tag}]", "unobserved": True, "asked": assistant or None}  # fmt: skip
         try:
-            await item.first.wait_for(timeout=30_000)
-        except Exception:  # not drawn: sent all the same, and looked for by its tag at the end
-            self.history.record(
-                {"op": "save", "device": self.name, "event": f"{self.name}-{self.written}", "type": "MessageAppended", "entity": "",
-                 "chat": chat, "text": f"[{tag}]", "unobserved": True, "asked": assistant or None, "unseen": True}
-            )  # fmt: skip
+            outcome = await (await page.wait_for_function(SENT, arg=f"[{tag}]", timeout=60_000)).json_value()
+        except Exception:  # neither: counted as sent, looked for by its tag at the end
+            self.history.record({**save, "unseen": True})
             raise
-        message_id = str(await item.first.get_attribute("id") or "").removeprefix("m-")
-        text = await item.first.locator(".content").inner_text()
-        self.history.record(
-            {"op": "save", "device": self.name, "event": f"{self.name}-{self.written}", "type": "MessageAppended", "entity": message_id,
-             "chat": chat, "text": text, "unobserved": True, "asked": assistant or None}
-        )  # fmt: skip
+        if "refused" in outcome:
+            self.history.record(save)
+            self.history.record({"op": "result", "device": self.name, "event": event, "type": "MessageAppended", "status": "rejected",
+                                 "seq": None, "error": outcome["refused"], "by": "page", "composer": outcome["composer"]})  # fmt: skip
+            self.history.record({"op": "typed", "browser": self.name, "chat": chat, "text": outcome["composer"]})
+            return
+        self.history.record({**save, "entity": outcome["id"], "text": outcome["text"]})
 
     async def _new_chat(self) -> None:
         assert self.page is not None

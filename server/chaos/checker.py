@@ -2,10 +2,11 @@
 each a promise the app makes (README.md, "Checking consistency"). No I/O, no clock: a history
 saved once gives the same counts for ever (``python -m server chaos --check FILE``).
 
-- **lost**: a message a device saved, not refused by the server nor deleted later by a recorded
-  operation, that is missing from the server's final state; or whose final text is not the one of
-  its latest accepted change (by seq); or an accepted delete whose message (or chat) is still
-  there, or an accepted Stop whose reply completed after it (by seq).
+- **lost**: a message a device saved, not refused (by the server, or by a browser's app: a
+  chat's queue full) nor deleted later by a recorded operation, that is missing from the
+  server's final state; or whose final text is not the one of its latest accepted change (by
+  seq); or an accepted delete whose message (or chat) is still there, or an accepted Stop whose
+  reply completed after it (by seq).
 - **duplicated**: one eventId given two seqs; one message text (its tag) in two messages; one run
   answering in two messages; more model calls for a question than runs asked for it.
 - **divergent**: a device whose final state (chats, and messages with their text, status,
@@ -15,7 +16,8 @@ saved once gives the same counts for ever (``python -m server chaos --check FILE
 - **stuck**: a reply still ``queued`` or ``streaming`` after the heal; a follow-up still queued
   in a chat whose queue is not paused; a device with unsent events or files.
 - **typed-lost**: a browser's composer that, reopened after a kill or reload, does not hold what
-  was typed into it more than ``TYPED_WINDOW`` seconds before.
+  was typed into it more than ``TYPED_WINDOW`` seconds before; a message a browser's app refused
+  whose text is not back in its composer.
 - **attachments**: a file of the final state the server does not give back, or whose SHA-256
   differs.
 - **continuations**: a continued reply whose final text does not start with its text before.
@@ -285,7 +287,12 @@ def _stuck(report: Report, messages: dict[str, dict[str, Any]]) -> None:
 
 def _typed(report: Report, records: list[dict[str, Any]]) -> None:
     typed: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    texts = {(s["device"], s["event"]): s["text"] for s in records if s["op"] == "save" and s["type"] == "MessageAppended"}
     for r in records:
+        if r["op"] == "result" and r.get("by") == "page":  # a message the page refused: its text is back in the composer
+            tag = tag_of(texts.get((r["device"], r["event"]), ""))
+            if tag is None or f"[{tag}]" not in r["composer"]:
+                report.add("typed-lost", f"{r['device']}'s message {r['event']}, not taken, is not back in the composer")
         if r["op"] == "typed":
             typed[r["browser"]].append(r)
         elif r["op"] == "reopened":

@@ -102,6 +102,9 @@ class EngineDevice:
         if not self.settled():
             return False
         await self.stop()
+        if not self.settled():  # (saved while its engines stopped: the workload goes on meanwhile)
+            self.start()
+            return False
         self.store.close()
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):

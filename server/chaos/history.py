@@ -8,10 +8,11 @@ began. The records (``op``):
   ``text`` (a message's content), ``queued`` (a follow-up), ``parent``, ``run`` (a run asked
   for, or continued), ``before`` (a continued reply's text), ``files`` (attachments' SHA-256).
   A browser's ``save`` is ``unobserved`` (its answers are the page's); ``unseen`` when the page
-  did not show the message within 30 s (it is then looked for by its tag).
+  neither took the message nor refused it within 60 s (it is then looked for by its tag).
 - ``upload``: a device's file upload ended: ``state`` done or failed (``error``).
 - ``result``: what the server answered a device for one event: ``status`` accepted, duplicate or
-  rejected, ``seq``, ``error``.
+  rejected, ``seq``, ``error``; or (``by`` ``page``) a message a browser's app refused itself (a
+  chat's queue full), with ``composer``: what the composer held then.
 - ``live``: a live socket ended: ``caughtUp`` (the seq it said) and ``seqs`` (the event frames
   it delivered after it, in order).
 - ``fault``: the nemesis did something: ``kind``, ``target``, ``seconds``.

@@ -246,6 +246,27 @@ def test_text_typed_before_a_kill_and_not_back_is_counted_typed_lost() -> None:
     assert check(history).anomalies == 0
 
 
+def _refused_by_the_page(composer: str) -> list[dict[str, Any]]:
+    """A browser's message its app refused (the chat's queue full), its text then in the composer."""
+    history = clean()
+    history[-4:-4] = [
+        {"t": 5, "op": "save", "device": "b1", "event": "b1-1", "type": "MessageAppended", "entity": "", "chat": CHAT,
+         "text": "[qb1-1]", "unobserved": True, "asked": None},
+        {"t": 5, "op": "result", "device": "b1", "event": "b1-1", "type": "MessageAppended", "status": "rejected", "seq": None,
+         "error": "Not sent: a chat holds at most 10 queued messages.", "by": "page", "composer": composer},
+    ]  # fmt: skip
+    return history
+
+
+def test_a_message_the_page_refused_is_not_lost_when_its_text_is_back_in_the_composer() -> None:
+    report = check(_refused_by_the_page("[qb1-1] words\ntyped since"))
+    assert report.counts == dict.fromkeys(COUNTS, 0), report.details
+
+
+def test_a_message_the_page_refused_and_did_not_give_back_is_counted_typed_lost() -> None:
+    only(check(_refused_by_the_page("typed since")).counts, "typed-lost")
+
+
 def test_a_file_not_given_back_whole_is_counted_attachments() -> None:
     history = clean()
     history[-1].update(ok=False, digest="b" * 64)

@@ -2,8 +2,10 @@
 a reload, uploaded once when online, shown on another device and kept there for offline use;
 pasted and dropped; refused over the limit with words, the text kept; an upload cut by a killed
 browser resumed from the server's offset; an image reaching a model that reads images as a
-data-URL content part, and a model that does not named before Send; Export everything as a tar
-with the files, imported into another account, which then holds them."""
+data-URL content part, and a model that does not named before Send; the same for "Model on this
+device", which the page calls itself, with a PDF's text read in the page's worker (offline
+too); Export
+everything as a tar with the files, imported into another account, which then holds them."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, signed
 from tests.e2e.profiles import kill, launch, reopened, signed_up_in_a_profile
 from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
+from tests.server.test_runs_attachments import minimal_pdf
 from webapp.uploads import CHUNK_BYTES
 
 PASSWORD = "a long password"
@@ -273,6 +276,67 @@ def test_an_image_reaches_a_model_that_reads_images_as_its_bytes_and_what_does_n
     text, image = question["content"]
     assert text == {"type": "text", "text": "What does this chart say?"}
     assert image == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}
+    page.context.close()
+
+
+def test_a_model_on_this_device_that_reads_images_is_sent_them_and_a_pdfs_text_by_the_page(
+    contexts: Contexts, server: Server, upstream: FakeUpstream, load: str
+) -> None:
+    """The page builds the request from the files in its IndexedDB: the image as a data-URL
+    content part of the type its bytes say (a PNG named and typed as a JPEG goes as a PNG), with
+    exactly its bytes, on the next turn too; the PDF as the text pypdf reads, which the page's
+    Python did not load at start. Before "Reads images" is ticked, the composer says it reads none."""
+    page = contexts.page(server.url)
+    open_app(page)
+    sign(page, f"ondevice{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
+    new_chat(page)
+    page.get_by_text("Model on this device").click()
+    page.get_by_role("textbox", name="Base URL").fill(upstream.base_url)
+    page.get_by_role("textbox", name="Model", exact=True).fill("fake-1")
+    page.get_by_role("button", name="Save").click()
+    choice = page.locator("select[name=assistant]")
+    expect(choice.locator("option[value=on-device]")).to_have_text("On this device: fake-1")
+    choice.select_option("on-device")
+    picture = png(40, 30, seed=int(uuid.uuid4().int % 250))
+    attach(page, {"name": "chart.jpg", "mimeType": "image/jpeg", "buffer": picture})
+    files = page.get_by_role("list", name="Attached files")
+    expect(files.get_by_role("status")).to_have_text("On this device: fake-1 does not read images: they are left out of what it is sent.")
+    page.get_by_role("checkbox", name="Reads images").check()
+    page.get_by_role("button", name="Save").click()
+    expect(files.get_by_role("status")).to_have_count(0)
+    attach(page, {"name": "report.pdf", "mimeType": "application/pdf", "buffer": minimal_pdf("Quarterly figures")})
+    expect(page.get_by_role("button", name="Remove report.pdf")).to_be_visible()
+    assert "pypdf" not in page.evaluate("Object.keys(pyodide.loadedPackages)")  # (not loaded at start)
+
+    asked = len(upstream.requests)
+    send(page, "What do these say?", assistant="on-device")
+    expect(page.locator(".message.assistant.completed")).to_have_count(1, timeout=60_000)
+    assert len(upstream.requests) == asked + 1
+    [question] = [m for m in upstream.requests[-1]["messages"] if m["role"] == "user"]
+    text, image = question["content"]
+    assert text == {"type": "text", "text": 'What do these say?\n\nThe attached file "report.pdf":\n```\nQuarterly figures\n```'}
+    assert image == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}
+    assert base64.b64decode(image["image_url"]["url"].split(",", 1)[1]) == picture
+
+    send(page, "And the second page?", assistant="on-device")
+    expect(page.locator(".message.assistant.completed")).to_have_count(2, timeout=60_000)
+    first, second = [m for m in upstream.requests[-1]["messages"] if m["role"] == "user"]
+    assert first["content"] == question["content"]  # the earlier turn's image and text, built again
+    assert second["content"] == "And the second page?"
+    page.context.close()
+
+
+def test_a_pdfs_text_is_read_in_the_page_with_no_network(contexts: Contexts, server: Server) -> None:
+    """pypdf, which the page's start does not load, is precached by the service worker: the
+    first PDF read offline (after a reload, a new worker) still has its text."""
+    page = signed_up(contexts, server)
+    wait_for_service_worker(page)
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+    page.context.set_offline(True)
+    read = "async (bytes) => await chatHost.readPdf(new Uint8Array(bytes), 60)"
+    assert page.evaluate(read, list(minimal_pdf("Offline figures"))) == "Offline figures"
+    assert page.evaluate(read, list(b"%PDF-1.4 broken")) == ""  # (no text: the page leaves it out with a note)
     page.context.close()
 
 

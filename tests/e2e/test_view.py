@@ -247,6 +247,35 @@ def test_the_composer_is_not_replaced_by_a_redraw_and_keeps_what_is_typed_and_it
     assert same(page, "box", "#composer-text")
 
 
+def test_a_message_not_taken_goes_back_before_what_was_typed_since(page: Page) -> None:
+    """A message the app refused after the page had drawn it (a chat's queue full): its text back
+    in the composer before what was typed since, kept as the draft; another chat's draft gets it
+    in the same way, kept by the page as if typed there."""
+    set_composer(page, "chat-1", "")
+    box = page.get_by_role("textbox", name="Message")
+    box.press_sequentially("typed since")
+    page.evaluate("() => chatView.putBack('chat-1', 'the message sent', '')")
+    expect(box).to_have_value("the message sent\ntyped since")
+    page.evaluate("() => chatView.putBack('chat-1', 'the message sent', '')")  # (given back once)
+    expect(box).to_have_value("the message sent\ntyped since")
+    page.evaluate("() => { window.inputs = []; document.addEventListener('input', (e) => inputs.push(e.target.value)); }")
+    page.evaluate("() => chatView.putBack('chat-1', 'and another', '')")
+    assert page.evaluate("() => inputs") == ["and another\nthe message sent\ntyped since"]  # (app.js keeps it as typed)
+
+    page.evaluate("() => chatView.putBack('chat-2', 'sent in chat 2', 'its draft')")
+    expect(box).to_have_value("and another\nthe message sent\ntyped since")
+    kept = page.evaluate("() => localStorage.getItem('chat-draft:chat-2')")
+    assert kept is None or json.loads(kept)["text"] == "sent in chat 2\nits draft"  # (gone once IndexedDB has it)
+    page.wait_for_function("() => document.body.dataset.drafts === 'saved'")
+    drafts = page.evaluate("""() => new Promise((resolve) => {
+      indexedDB.open('chat-pending').onsuccess = (e) => {
+        const req = e.target.result.transaction('drafts').objectStore('drafts').get('chat-2');
+        req.onsuccess = () => resolve(req.result.text);
+      };
+    })""")
+    assert drafts == "sent in chat 2\nits draft"
+
+
 def _top(page: Page, key: str) -> float:
     return float(page.evaluate("(key) => document.getElementById(key).getBoundingClientRect().top", key))
 

@@ -30,6 +30,7 @@ class FakePage:
     composer: Composer = field(default_factory=Composer)
     composed: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # every set_composer
     restored: list[tuple[str, str]] = field(default_factory=list)  # (selector, text) given back to an input
+    put_backs: list[tuple[str, str]] = field(default_factory=list)  # (chat, text) of a message not taken, back as its draft
     status: str = ""
     status_text: str = ""
     focused: str = ""
@@ -92,6 +93,9 @@ class FakePage:
 
     def restore_text(self, selector: str, text: str) -> None:
         self.restored.append((selector, text))
+
+    def put_back(self, chat_id: str, text: str, draft: str) -> None:
+        self.put_backs.append((chat_id, text))
 
     def reveal(self, key: str) -> None:
         assert key in self.items, "a message is revealed once it is drawn"

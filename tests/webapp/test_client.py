@@ -174,7 +174,7 @@ async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
     monkeypatch.setattr(client.store, "add_local", disk_full)
     with pytest.raises(OSError):
         await client.dispatch("send", {"text": "keep me"})
-    assert page.restored == [("#composer-text", "keep me")]  # (the page puts it back unless typed into again)
+    assert page.put_backs == [(client.selected, "keep me")]  # (the page puts it before what was typed since)
 
 
 async def test_unknown_actions_are_errors(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ outlives a reload as IndexedDB does; what the page then draws is tests/e2e/test_
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import io
 import os
@@ -21,15 +22,19 @@ from quart import Quart
 from server.app import create_app
 from server.transfer import EXPORT_MEMBER, _read_tar
 from server.transfer import FILES as FILES_MEMBERS
+from shared.assistants import Turn
+from shared.followups import MAX_QUEUED
 from shared.ids import Uuid7Generator
+from shared.prompt import MAX_FILE_CHARS, PdfReader
+from tests.server.test_runs_attachments import minimal_pdf
 from tests.waiting import until
 from tests.webapp.inprocess import InProcessTransport
 from tests.webapp.page import FakePage
 from tests.webapp.test_client import TICKS, EchoModel, FakeAuth, OfflineTransport
 from tests.webapp.test_uploads import Network, app, new_account, no_wait, pattern, settings_for  # noqa: F401 (app: a fixture)
-from webapp import uploads
+from webapp import ui, uploads
 from webapp.app import Client, Services
-from webapp.assistants import DEVICE_MODEL_ID
+from webapp.assistants import DEVICE_MODEL_ID, DeviceModel
 from webapp.database import FilePersistence
 from webapp.files import OFFLINE, Files
 from webapp.store import LocalStore
@@ -441,27 +446,103 @@ async def test_a_file_shows_at_once_while_it_is_attached_and_a_send_meanwhile_ta
     assert client.store.draft_files(chat) == [] and "Attaching" not in page.regions["composer-files"]
 
 
-async def test_a_model_on_this_device_is_sent_a_text_file_as_text_and_told_an_image_was_left_out(tmp_path: Path) -> None:
-    """The same content parts as the server's runs build (shared/prompt.py), from this device's files."""
-    model, disk, page = EchoModel(), Disk(), FakePage()
+async def on_device(
+    tmp_path: Path, disk: Disk, read_pdf: PdfReader | None = None, vision: bool = False
+) -> tuple[Client, FakePage, EchoModel]:
+    """Signed in offline, a chat open, "Model on this device" set up (reading images or not);
+    its PDFs read by ``read_pdf`` (the browser's reads them in its worker), else here."""
+    model, page = EchoModel(), FakePage()
     services = Services(
         store=LocalStore(str(tmp_path / "local.db"), FilePersistence()), view=page, auth=FakeAuth(),
         transport=OfflineTransport(), new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T,  # type: ignore[arg-type]
         device_model=lambda url, name: model, schedule_frame=page.schedule_frame, files=disk,  # type: ignore[arg-type,return-value]
+        read_pdf=read_pdf,
     )  # fmt: skip
     client = Client(services)
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     await client.dispatch("new-chat", {})
-    await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})
+    settings = {"url": "http://127.0.0.1:1/v1", "model": "echo"}
+    await client.dispatch("device-model", {**settings, "vision": "on"} if vision else settings)  # (a form: "on" when ticked)
+    await client.dispatch("choose-assistant", {"assistant": DEVICE_MODEL_ID})
+    return client, page, model
+
+
+async def ask_on_device(client: Client, model: EchoModel, text: str) -> list[Turn]:
+    asked = len(model.asked)
+    await client.dispatch("send", {"text": text, "chat": client.selected, "assistant": DEVICE_MODEL_ID})
+    await until(lambda: len(model.asked) > asked)
+    return model.asked[-1]
+
+
+async def test_a_model_on_this_device_is_sent_a_text_file_as_text_and_told_an_image_was_left_out(tmp_path: Path) -> None:
+    """The same content parts as the server's runs build (shared/prompt.py), from this device's files."""
+    disk = Disk()
+    client, page, model = await on_device(tmp_path, disk)
     await attach(client, disk, b"line one\nline two\n", "notes.md", "text/markdown")
     await attach(client, disk, PNG, "cat.png", "image/png")
-    await client.dispatch("send", {"text": "read these", "chat": client.selected, "assistant": DEVICE_MODEL_ID})
-    await until(lambda: bool(model.asked))
-    [turn] = model.asked[0]
+    assert "On this device: echo does not read images: they are left out of what it is sent." in page.regions["composer-files"]
+    [turn] = await ask_on_device(client, model, "read these")
     assert turn.content.startswith("read these")
     assert 'The attached file "notes.md":\n```\nline one\nline two\n\n```' in turn.content
     assert '[The attached file "cat.png" (image/png) was left out: this assistant does not read images.]' in turn.content
     assert not turn.parts  # (no image part: it reads none)
+
+
+async def test_a_model_on_this_device_that_reads_images_gets_each_as_a_data_url_of_its_bytes_on_every_turn(tmp_path: Path) -> None:
+    """Marked as reading images, it is sent each image of the question and of the turns before
+    as the content part a server assistant with ``vision`` gets, of the type its bytes say (a
+    PNG that claims to be a JPEG goes as a PNG), and a PDF's text (read here: pypdf)."""
+    disk = Disk()
+    client, page, model = await on_device(tmp_path, disk)
+    picture = PNG + b"the rest of the picture"
+    await attach(client, disk, picture, "cat.jpg", "image/jpeg")
+    assert "On this device: echo does not read images" in page.regions["composer-files"]
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo", "vision": "on"})
+    assert "does not read images" not in page.regions["composer-files"]  # said before Send, gone once it reads them
+    assert 'name="vision" checked' in ui.layout("ann", "http://127.0.0.1:1/v1", "echo", client.choice.device_model().vision)  # type: ignore[union-attr]
+    await attach(client, disk, minimal_pdf("Quarterly figures"), "report.pdf", "application/pdf")
+    [turn] = await ask_on_device(client, model, "what is in these?")
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}
+    assert turn.parts == ({"type": "text", "text": turn.content}, image)
+    assert turn.content == 'what is in these?\n\nThe attached file "report.pdf":\n```\nQuarterly figures\n```'
+    question, answer, again = await ask_on_device(client, model, "and now?")
+    assert question.parts == turn.parts and answer.role == "assistant"  # the earlier turn's image, built again
+    assert again.content == "and now?" and not again.parts
+
+
+async def test_a_pdf_for_a_model_on_this_device_is_read_by_the_reader_it_is_given_within_the_servers_limits(tmp_path: Path) -> None:
+    """The browser reads a PDF in its worker (``read_pdf``); what it reads is cut as the server
+    cuts it (``MAX_FILE_CHARS``), and a PDF it cannot read is left out with the server's note."""
+    read: list[bytes] = []
+
+    async def long_text(data: bytes) -> str | None:
+        read.append(data)
+        return None if b"broken" in data else "x" * (MAX_FILE_CHARS + 10)
+
+    disk = Disk()
+    client, _, model = await on_device(tmp_path, disk, read_pdf=long_text)
+    pdf = minimal_pdf("Long")
+    await attach(client, disk, pdf, "long.pdf", "application/pdf")
+    await attach(client, disk, b"%PDF-1.4 broken", "broken.pdf", "application/pdf")
+    [turn] = await ask_on_device(client, model, "summarise")
+    assert read == [pdf, b"%PDF-1.4 broken"]
+    cut = "x" * MAX_FILE_CHARS + f"\n```\n[... the rest of the file, {MAX_FILE_CHARS:,} characters on, is left out]"
+    assert turn.content == (
+        f'summarise\n\nThe attached file "long.pdf":\n```\n{cut}'
+        '\n\n[The attached file "broken.pdf" (a PDF) was left out: no text could be read from it.]'
+    )
+
+
+async def test_whether_the_model_on_this_device_reads_images_is_kept_on_this_device(tmp_path: Path) -> None:
+    disk = Disk()
+    client, page, _ = await on_device(tmp_path, disk, vision=True)
+    client.store.close()
+    client, page = client_on(tmp_path / "local.db", disk)
+    client.start()
+    assert client.choice.device_model() == DeviceModel("http://127.0.0.1:1/v1", "echo", vision=True)
+    assert '<input type="checkbox" name="vision" checked> Reads images' in page.regions["root"]
+    await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})  # (unticked: not sent)
+    assert client.choice.device_model() == DeviceModel("http://127.0.0.1:1/v1", "echo", vision=False)
 
 
 def reference(data: bytes, name: str, mime: str, **size: int) -> dict[str, object]:
@@ -535,3 +616,23 @@ async def test_a_send_from_before_python_takes_exactly_the_files_it_names(tmp_pa
     both = next(m for m in client.store.messages(chat) if m.content == "both")
     assert [a.name for a in both.attachments] == ["later.txt", "up.txt", "early.txt"]
     assert client.store.draft_files(chat) == [] and "Remove" not in page.regions["composer-files"]
+
+
+async def test_a_send_from_before_python_that_is_not_taken_puts_its_files_back_in_the_draft(tmp_path: Path) -> None:
+    """Refused (the chat's queue full), the message's text goes back to the composer, and the
+    files it named go back to the draft the page had taken them off."""
+    disk = Disk()
+    client, page = await signed_in(tmp_path / "local.db", disk, Listing())
+    await client.choice.refresh()
+    chat = client.selected or ""
+    await client.dispatch("send", {"text": "first", "chat": chat, "assistant": "demo"})
+    for i in range(MAX_QUEUED):
+        await client.dispatch("send", {"text": f"then {i}", "chat": chat, "assistant": "demo"})
+    disk.kept[sha(PNG)] = PNG
+    cat = reference(PNG, "cat.png", "image/png", width=640, height=480)
+    send = {"id": "01a00000-0000-7000-8000-000000000003", "chat": chat, "text": "one too many", "assistant": "demo", "files": [cat]}
+    await client.dispatch("send", send)
+    assert client.store.message(send["id"]) is None and (chat, "one too many") in page.put_backs
+    assert [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
+    assert 'aria-label="Remove cat.png"' in page.regions["composer-files"]
+    assert f"at most {MAX_QUEUED} queued messages" in page.regions["composer-files"]

@@ -189,7 +189,7 @@ async def test_sending_during_an_answer_queues_in_order_and_a_stop_pauses_the_qu
     first = page.item(queued[0].id)
     assert "Queued: sent when the answer ends · Saved on this device, not sent yet" in first and ">Edit<" in first and ">Remove<" in first
     await client.dispatch("send", {"text": "one too many", "assistant": "demo"})
-    assert len(client.store.queued(chat)) == MAX_QUEUED and ("#composer-text", "one too many") in page.restored
+    assert len(client.store.queued(chat)) == MAX_QUEUED and (chat, "one too many") in page.put_backs
     assert f"at most {MAX_QUEUED} queued messages" in page.regions["composer-files"]
 
     # Edit and Remove, while queued.
