@@ -164,6 +164,11 @@ async function kept(job, item) {
   attachments.release(token);
   job.ref = { sha256, name, mime: type.slice(0, 255) || "application/octet-stream", size, ...(width ? { width, height } : {}) };
   if (job.taken) return job.ref;
+  if (item.parentElement?.querySelector(`:scope > li [data-sha256="${sha256}"], :scope > li[data-sha256="${sha256}"]`)) {
+    jobs.delete(item); // (attached already: kept once, where it was, as Python does)
+    item.remove();
+    return job.ref;
+  }
   pending.keepFile(job.chat, job.ref);
   item.dataset.sha256 = sha256;
   if (!width) item.querySelector(".thumb")?.remove(); // (not an image this browser shows)

@@ -125,6 +125,9 @@ def test_a_file_attached_before_python_shows_at_once_and_python_sends_it_once(co
     wait_until(page, lambda: _image_shown(page, "#composer-files", "cat.png"), "the chip shows the image")
     for name in ("cat.png", "notes.txt"):
         expect(page.get_by_role("button", name=f"Remove {name}")).to_be_visible()  # (kept: in the draft the page holds)
+    attach(page, {"name": "cat.png", "mimeType": "image/png", "buffer": picture})  # the same file again: kept once
+    expect(files).not_to_contain_text("Attaching…")  # (its chip was there as set_files returned)
+    expect(files.get_by_role("listitem")).to_have_count(2)
     _before_python(page)
 
     release(page)
