@@ -32,7 +32,8 @@ from mdit_py_plugins.tasklists import tasklists_plugin
 
 SAFE_SCHEMES = ("http:", "https:", "mailto:")
 # A reference definition anywhere changes how earlier text renders: such a text is rendered whole.
-_REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:", re.MULTILINE)
+# (Anywhere in a line: in a block quote or a list item, "> [x]: url" defines one too.)
+_REFERENCE = re.compile(r"\[[^\]]+\]:")
 _LANGUAGE = re.compile(r"[\w+#.-]{1,40}")
 
 
