@@ -20,14 +20,16 @@ const SNAPSHOT_IMPORTS = [
 ];
 const SNAPSHOT_KEY = new URL(`${PYODIDE_URL}snapshot-${SNAPSHOT_IMPORTS.length}.bin`, location).href;
 const FAILED = "chat-snapshot-failed";
-// Our modules and those of our wheels, as the page imported them (what the bytecode holds).
+// Our modules and those of our wheels, as the page imported them (what the bytecode holds), and
+// those the warm-up imports (webapp/markdown.py: warm_sources), whether it has run yet or not.
 const IMPORTED = `
 import json, sys
-json.dumps(sorted(
+from webapp.markdown import warm_sources
+json.dumps(sorted({
     m.__file__ for m in list(sys.modules.values())
     if (getattr(m, "__file__", None) or "").endswith(".py")
     and m.__file__.startswith(("/lib/python3.14/site-packages/", "/home/pyodide/"))
-))`;
+} | set(warm_sources())))`;
 
 const opened = globalThis.caches ? caches.open(CACHE).catch(() => null) : Promise.resolve(null); // (secure contexts only)
 const wanted = { snapshot: false, bytecode: null };

@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -51,7 +51,9 @@ from webapp.uploads import BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 LOCAL_ASSISTANTS = (LOCAL_TOOLS_ID, DEVICE_MODEL_ID)  # those that answer on this device
-WARM_AFTER_SECONDS = 1.0  # after start-up, the code highlighter is imported (not on the first chat's path)
+# After start-up, what rendering does slowly the first time is done ahead, a step per task of the
+# page (webapp/markdown.py: warm_steps), before a person's first message or code block needs it.
+WARM_AFTER_SECONDS = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,10 @@ class Services:
     # reads them; None where files cannot be attached.
     files: FilesHost | None = None
     blobs: BlobSource | None = None
+    # Called once start-up and the warm-up have made what lives as long as the page (modules,
+    # parsers, the lexer): in the browser, gc.freeze(), so that the cyclic garbage collector's
+    # passes no longer go through it all (20-170 ms each on the page otherwise).
+    freeze_heap: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,7 @@ class Client:
         self._sending: set[str] = set()  # chats whose next queued follow-up is being sent here
         self._signin: SignIn | None = None  # a sign-in waiting for the user to give up unsent changes
         self._layout = False  # the chats are on screen (else the page is a sign-in form)
+        self._warming = False  # the warm-up has begun (once per page)
 
     # --- from the sync engine ---------------------------------------------------------------------
 
@@ -280,7 +287,23 @@ class Client:
         self._status(self.engine.status)
         self._start_sync()
         asyncio.ensure_future(self._end_orphaned_local_replies()).add_done_callback(_log_failure)
-        asyncio.get_running_loop().call_later(WARM_AFTER_SECONDS, markdown.warm)
+        if not self._warming:
+            self._warming = True
+            asyncio.get_running_loop().call_later(WARM_AFTER_SECONDS, self._warm, markdown.warm_steps())
+
+    def _warm(self, steps: Iterator[None]) -> None:
+        """One step of the warm-up; the next one is a callback of its own (in the browser, a task
+        of its own: the page handles input and draws frames between two). Then the heap is
+        frozen (Services.freeze_heap)."""
+        try:
+            next(steps)
+        except StopIteration:
+            self.s.freeze_heap()
+            return
+        except Exception:  # (only ever ahead of time: rendering does it itself when it needs it)
+            log.exception("the warm-up failed")
+            return
+        asyncio.get_running_loop().call_soon(self._warm, steps)
 
     def _start_sync(self) -> None:
         self._sync_task = asyncio.ensure_future(self.engine.run())

@@ -6,6 +6,7 @@ Everything else in ``webapp`` is plain Python and is tested under CPython.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import time
@@ -421,6 +422,7 @@ async def main() -> Client:
             schedule_frame=_next_frame,
             files=PageFiles(),
             blobs=PageBlobs(),
+            freeze_heap=gc.freeze,
         )
     )
 

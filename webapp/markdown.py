@@ -11,13 +11,19 @@ to leak the conversation to a third party).
 grows while it streams: the top-level blocks that can no longer change are rendered once and
 kept, and only the last one is rendered again (tests/webapp/test_markdown.py checks that every
 prefix renders exactly as ``render`` would).
+
+What is slow the first time (compiling regular expressions, importing and preparing the
+highlighter: 0.1-1 s on the page at once) is done ahead by ``warm_steps``, a small step at a time.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from html import escape
 from typing import Any
@@ -81,9 +87,95 @@ def _highlight(code: str, language: str) -> str | None:
     return None if lexer is None else str(highlight(code, lexer, _formatter()))
 
 
-def warm() -> None:
-    """Import what rendering code in the most common language needs (a first chat opens faster)."""
-    _highlight("x = 1", "python")
+# Texts whose first rendering compiles what later ones reuse: markdown-it's rules' and
+# linkify-it's regular expressions (a link's is compiled when a link is first seen: 50 ms in
+# CPython, more on the page).
+WARM_TEXTS = ("a *b* `c`", "https://example.com/a?b#c", "www.example.com", "name@example.com")
+# What highlighting code in the most common language imports, each after what it imports, so
+# that importing one imports nothing else with it.
+WARM_MODULES = (
+    "pygments", "pygments.util", "pygments.token", "pygments.regexopt", "pygments.filter",
+    "pygments.plugin", "pygments.filters", "pygments.lexer", "pygments.modeline", "pygments.lexers",
+    "pygments.unistring", "pygments.lexers.python", "pygments.styles", "pygments.style",
+    "pygments.styles.default", "pygments.formatter", "pygments.formatters", "pygments.formatters.html",
+)  # fmt: skip
+WARM_LANGUAGE = "python"
+
+
+def warm_sources() -> list[str]:
+    """The source files of WARM_MODULES (with the ``_mapping`` each package's ``__init__``
+    imports), found without importing them: the bytecode kept for the page's next start holds
+    them whether or not the warm-up has run by the time it is made (static/python-start.js), so
+    that no later warm-up compiles them (the lexers' ``_mapping``: 30 ms in CPython)."""
+    spec = importlib.util.find_spec("pygments")  # (a top-level name: found, not imported)
+    if spec is None or spec.origin is None:
+        return []
+    base = os.path.dirname(spec.origin)
+    found = []
+    for name in WARM_MODULES:
+        path = os.path.join(base, *name.split(".")[1:])
+        if os.path.isfile(path + ".py"):
+            found.append(path + ".py")
+        else:  # a package
+            found += [p for p in (os.path.join(path, "__init__.py"), os.path.join(path, "_mapping.py")) if os.path.isfile(p)]
+    return sorted(set(found))
+
+
+def warm_steps() -> Iterator[None]:
+    """Do ahead, a small step per ``next()``, what rendering does slowly the first time, so that
+    a first message or code block does not: render texts that compile the parser's regular
+    expressions, import the highlighter a module at a time, prepare the lexer of WARM_LANGUAGE
+    a state at a time (``prepare_lexer``), highlight a line. The page runs one step per task
+    (webapp/app.py): none of them is long, where all of it at once took 0.1-1 s. Any step may
+    run at any time; rendering meanwhile renders as it would have."""
+    for text in WARM_TEXTS:
+        _MD.render(text)  # (not render(): these are not messages to keep)
+        yield
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+        yield
+    from pygments.lexers import find_lexer_class_by_name
+
+    yield from prepare_lexer(find_lexer_class_by_name(WARM_LANGUAGE))
+    _highlight("x = 1", WARM_LANGUAGE)
+
+
+def prepare_lexer(lexer: Any) -> Iterator[None]:
+    """Prepare a Pygments ``RegexLexer`` class as its first instance would (``RegexLexerMeta.__call__``:
+    its states' regular expressions compiled, 70-160 ms for Python's on the page, at once), one
+    state per ``next()``, the states a state includes before it (then each compiles only its
+    own). A lexer prepared meanwhile (a code block drawn) stays as it was prepared; one that is
+    not a plain RegexLexer is left to its first instance."""
+    from pygments.lexer import combined, default, include
+
+    if "_tokens" in lexer.__dict__ or getattr(lexer, "token_variants", False) or not hasattr(lexer, "_process_state"):
+        return
+    definitions = lexer.get_tokendefs()
+    processed: dict[str, list[Any]] = {}
+    lexer._tmpname = 0
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(state: str) -> None:
+        if state in seen or state not in definitions:
+            return
+        seen.add(state)
+        for item in definitions[state]:
+            after = item.state if isinstance(item, default) else item[2] if isinstance(item, tuple) and len(item) > 2 else None
+            for needed in [str(item)] if isinstance(item, include) else list(after) if isinstance(after, combined) else []:
+                visit(needed)
+        order.append(state)
+
+    for state in list(definitions):
+        visit(state)
+    for state in order:
+        if "_tokens" in lexer.__dict__:
+            return
+        lexer._process_state(definitions, processed, state)
+        yield
+    if "_tokens" not in lexer.__dict__:
+        lexer._all_tokens = {"": processed}
+        lexer._tokens = processed
 
 
 def _fence(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from shared.ids import Uuid7Generator
 from shared.models import DeltaFrame, DomainEvent, EventType, LoggedEvent, Message, Session
 from tests.waiting import until
 from tests.webapp.page import FakePage
+from webapp import app as app_module
 from webapp.app import AuthFailed, Client, Services
 from webapp.assistants import DEVICE_MODEL_ID
 from webapp.database import FilePersistence
@@ -86,6 +87,29 @@ async def signed_in(tmp_path: Path, model: EchoModel | None = None) -> tuple[Cli
     if model is not None:
         await client.dispatch("device-model", {"url": "http://127.0.0.1:1/v1", "model": "echo"})
     return client, page
+
+
+async def test_the_warm_up_goes_a_step_per_callback_once_per_page_then_freezes_the_heap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """webapp/markdown.py: warm_steps, after start-up; in the browser each callback is a task of
+    the page's own, so input and frames come between two steps."""
+    happened: list[str] = []
+
+    def steps() -> Iterator[None]:
+        for i in range(3):
+            happened.append(f"step {i}")
+            asyncio.get_running_loop().call_soon(happened.append, f"after {i}")  # (what the page does meanwhile)
+            yield
+
+    monkeypatch.setattr(app_module.markdown, "warm_steps", steps)
+    client, page, _ = make_client(tmp_path)
+    client.s.freeze_heap = lambda: happened.append("frozen")
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    client.start()  # (again: a sign-in again, say)
+    await until(lambda: "frozen" in happened)
+    await asyncio.sleep(3 * app_module.WARM_AFTER_SECONDS)
+    assert happened == ["step 0", "after 0", "step 1", "after 1", "step 2", "after 2", "frozen"]
 
 
 async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:

@@ -3,12 +3,20 @@ renderer giving exactly the whole renderer's output for every prefix of a growin
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from html.parser import HTMLParser
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexer import RegexLexerMeta
+from pygments.lexers.python import PythonLexer
 
-from webapp.markdown import StreamRenderer, render
+from webapp.markdown import WARM_MODULES, WARM_TEXTS, StreamRenderer, prepare_lexer, render, warm_steps
 
 # Tags and attributes the renderer may produce; anything else in its output is a hole.
 ALLOWED_TAGS = {
@@ -194,3 +202,86 @@ def test_streaming_starts_again_when_the_text_is_not_a_continuation() -> None:
     assert renderer.render(other) == render(other)
     with_reference = "see [the docs][d]\n\nmore\n\nand more\n\n[d]: https://example.com/docs\n"
     assert renderer.render(with_reference) == render(with_reference)
+
+
+# --- the warm-up, a small step at a time (the page runs one step per task) --------------------------
+
+PYTHON_SAMPLE = '''@cache
+def f(x: int = 0x1F, *args, **kw) -> str:
+    """Doc."""
+    name = f"{x!r:>10} {kw['a']}" + r'\\d+' + b"bytes".decode()
+    return name if x else None  # a comment
+'''
+
+
+def _fresh_python_lexer() -> Any:
+    """A subclass of Pygments' Python lexer not prepared yet (Pygments prepares each class once)."""
+    return type("FreshPythonLexer", (PythonLexer,), {})
+
+
+def test_a_lexer_prepared_a_state_at_a_time_highlights_as_pygments_prepares_it() -> None:
+    stepwise, whole = _fresh_python_lexer(), _fresh_python_lexer()
+    compiled: list[int] = []  # regular expressions compiled by each step
+
+    def counted(regex: Any, flags: int, state: str) -> Any:
+        compiled[-1] += 1
+        return RegexLexerMeta._process_regex(stepwise, regex, flags, state)
+
+    stepwise._process_regex = staticmethod(counted)
+    steps = prepare_lexer(stepwise)
+    while True:
+        compiled.append(0)
+        try:
+            next(steps)
+        except StopIteration:
+            break
+        assert "_tokens" not in stepwise.__dict__  # (prepared at the end only)
+    definitions = stepwise.get_tokendefs()
+    assert len(compiled) - 1 == len(definitions) and "_tokens" in stepwise.__dict__
+    # Each step compiled one state's own rules at most, never what it includes (done before it).
+    assert max(compiled) <= max(sum(isinstance(item, tuple) for item in rules) for rules in definitions.values())
+    assert max(compiled) < sum(compiled) / 3
+    formatter = HtmlFormatter(nowrap=True)
+    assert highlight(PYTHON_SAMPLE, stepwise(), formatter) == highlight(PYTHON_SAMPLE, whole(), formatter)
+
+
+def test_a_lexer_prepared_meanwhile_stays_as_it_was_prepared() -> None:
+    lexer = _fresh_python_lexer()
+    steps = prepare_lexer(lexer)
+    next(steps)
+    next(steps)
+    lexer()  # (a code block drawn while the warm-up goes on: Pygments prepares it all)
+    prepared = lexer._tokens
+    assert list(steps) == [] and lexer._tokens is prepared
+
+
+def test_the_warm_up_imports_the_highlighter_a_module_per_step_and_the_bytecode_kept_holds_them() -> None:
+    """Each module of WARM_MODULES, imported in that order in a fresh interpreter, imports no
+    other module of Pygments (but a package's own ``_mapping``, which its ``__init__`` imports);
+    ``warm_sources``, asked before, imported none of them and named every file they came from
+    (static/python-start.js compiles those for the page's next start)."""
+    script = (
+        "import importlib, json, sys\n"
+        "from webapp.markdown import WARM_MODULES, warm_sources\n"
+        "sources = warm_sources()\n"
+        "early = sorted(m for m in sys.modules if m.startswith('pygments'))\n"
+        "steps = []\n"
+        "for name in WARM_MODULES:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(name)\n"
+        "    steps.append([name, sorted(m for m in set(sys.modules) - before if m.startswith('pygments'))])\n"
+        "files = sorted(m.__file__ for n, m in sys.modules.items() if n.startswith('pygments'))\n"
+        "print(json.dumps({'sources': sources, 'early': early, 'steps': steps, 'files': files}))\n"
+    )
+    found = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert [name for name, _ in found["steps"]] == list(WARM_MODULES)
+    for name, imported in found["steps"]:
+        assert set(imported) <= {name, name + "._mapping"}, (name, imported)
+    assert found["early"] == [] and found["sources"] == found["files"]
+
+
+def test_the_warm_up_ends_with_code_highlighted_as_before() -> None:
+    steps = list(warm_steps())  # (the lexer's states too, unless this process drew Python code already)
+    assert len(steps) >= len(WARM_MODULES) + len(WARM_TEXTS)
+    html = render("```python\nx = 1\n```")
+    assert '<code class="language-python highlight">' in html and '<span class="n">x</span>' in html
