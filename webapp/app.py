@@ -188,7 +188,7 @@ class Client:
         if (known := self.store.setting("max_file_bytes")) is not None:
             self.files.max_file_bytes = int(known)  # (as the server last said)
         self.uploads = None if services.blobs is None else UploadEngine(
-            self.store, services.transport, services.blobs, on_change=lambda sha256: self._files_changed()
+            self.store, services.transport, services.blobs, on_change=self._upload_changed
         )
         self._uploads_task: asyncio.Task[None] | None = None
         self._refused: dict[str, list[str]] = {}  # chat -> files not attached, and why (until the next attach)
@@ -376,9 +376,14 @@ class Client:
         self.view.set_html("composer-files", composer_files(attached, self.files, refused, note, attaching))
 
     def _files_changed(self) -> None:
-        """A file's upload moved on, or the page can show a file now."""
+        """The page can show a file now, or a failed upload is tried again."""
         self._draw_composer_files()
         self.pane.draw()
+
+    def _upload_changed(self, sha256: str) -> None:
+        """A file's upload moved on (once per chunk): the messages that carry it say so. (The
+        composer's chips do not show uploads.)"""
+        self.pane.draw_file(sha256)
 
     def _message_files(self, message: Message) -> str:
         if not message.attachments:

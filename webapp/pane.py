@@ -66,6 +66,7 @@ class MessagePane:
         self._order: list[str] = []
         self._steps: dict[str, Step] = {}
         self.rows: dict[str, Message] = {}  # the messages drawn last, by id
+        self._queued: dict[str, Message] = {}  # the queued follow-ups drawn last, by id
         self._runs: dict[str, RunSummary] = {}
         self._reasons: dict[str, Message] = {}  # a failed reply's id -> the error message saying why
         self._delivery: dict[str, Delivery] = {}
@@ -144,12 +145,11 @@ class MessagePane:
         assert self.chat_id is not None
         queued = self.store.queued(self.chat_id)
         self._paused = bool(queued) and queue_state(self.store.queue_rows(self.chat_id)) == "paused"
+        self._queued = {message.id: message for message in queued}
         for message in queued:
             key = message_html.item_key(message.id)
             order.append(key)
-            html = message_html.message_item(message_html.Item(
-                message=message, delivery=self._delivery.get(message.id), files_html=self._files_of(message), paused=self._paused,
-            ))  # fmt: skip
+            html = self._queued_html(message)
             if self._drawn.get(key) != html:
                 changed[key] = self._drawn[key] = html
         if self._paused:
@@ -157,6 +157,35 @@ class MessagePane:
             order.append(key)
             if self._drawn.get(key) != html:
                 changed[key] = self._drawn[key] = html
+
+    def _queued_html(self, message: Message) -> str:
+        return message_html.message_item(message_html.Item(
+            message=message, delivery=self._delivery.get(message.id), files_html=self._files_of(message), paused=self._paused,
+        ))  # fmt: skip
+
+    def draw_file(self, sha256: str) -> None:
+        """Where a file's upload stands changed: only the drawn messages that carry it are drawn
+        again, as they are now. (A whole ``draw`` asks the database a dozen questions and renders
+        every drawn message again; an upload changes this once per chunk.)"""
+        carry = [i for i, m in {**self.rows, **self._queued}.items() if any(a.sha256 == sha256 for a in m.attachments)]
+        if not carry:
+            return
+        changed: dict[str, str] = {}
+        streams: dict[str, tuple[int, str]] = {}
+        for message_id, row in self.store.messages_by_id(carry).items():
+            key = message_html.item_key(message_id)
+            if key not in self._drawn:
+                continue  # (folded into the reply it answers, or no longer drawn)
+            if message_id in self._queued:
+                self._queued[message_id] = row
+                html = self._queued_html(row)
+                if self._drawn[key] != html:
+                    changed[key] = self._drawn[key] = html
+            else:
+                self.rows[message_id] = row
+                self._patch(row, changed, streams)
+        if changed or streams:
+            self.view.patch_messages(None, changed, False, False, streams)
 
     def toggle_instructions(self, message_id: str) -> None:
         """Show or hide an answer's "Instructions used"."""

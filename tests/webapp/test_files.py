@@ -636,3 +636,50 @@ async def test_a_send_from_before_python_that_is_not_taken_puts_its_files_back_i
     assert [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
     assert 'aria-label="Remove cat.png"' in page.regions["composer-files"]
     assert f"at most {MAX_QUEUED} queued messages" in page.regions["composer-files"]
+class Blobs(OfflineTransport):
+    """A server that takes every chunk (tus: HEAD, then PATCHes), and nothing else."""
+
+    def __init__(self) -> None:
+        self.have: dict[str, int] = {}
+
+    async def blob_offset(self, sha256: str) -> tuple[int, int] | None:  # type: ignore[override]
+        return None
+
+    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:  # type: ignore[override]
+        self.have[sha256] = offset + len(chunk)
+        return self.have[sha256]
+
+
+async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once per chunk: not the whole list, nor the composer (a whole draw asked the database a
+    dozen questions and drew the composer's chips anew, each chunk)."""
+    monkeypatch.setattr(uploads, "CHUNK_BYTES", 1000)
+    disk, server, page = Disk(), Blobs(), FakePage()
+    services = Services(
+        store=LocalStore(str(tmp_path / "local.db"), FilePersistence()), view=page, auth=FakeAuth(), transport=server,  # type: ignore[arg-type]
+        new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T, schedule_frame=page.schedule_frame,
+        files=disk, blobs=disk,
+    )  # fmt: skip
+    client = Client(services)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    chat = client.selected or ""
+    for text in ("one", "two"):
+        await client.dispatch("send", {"text": text, "chat": chat, "assistant": ""})
+    data = pattern(4500, seed=3)
+    await attach(client, disk, data, "notes.bin", "application/octet-stream")
+    await client.dispatch("send", {"text": "the notes", "chat": chat, "assistant": ""})
+    await attach(client, disk, PNG, "cat.png", "image/png")  # (a chip in the composer meanwhile)
+    [carrier] = [m for m in client.store.messages(chat) if m.attachments]
+    key = f"m-{carrier.id}"
+    assert "Waiting for the connection" in page.items[key]
+    patches, drawn = len(page.patches), len(page.drawn)
+    assert client.uploads is not None
+    assert await client.uploads.upload_all()
+    assert server.have == {sha(data): 4500}
+    moved = page.patches[patches:]
+    assert [list(p) for p in moved] == [[key]] * len(moved) and len(moved) >= 5  # (each chunk's percent, then done)
+    assert page.drawn[drawn:] == []  # (the composer and the rest as they were)
+    assert "data-upload" not in page.items[key] and "cat.png" in page.regions["composer-files"]
