@@ -178,8 +178,12 @@ const readPdf = (bytes, seconds) => inPythonWorker({ pdf: bytes }, seconds, [byt
 // in order.
 let pythonStarted;
 const pythonReady = new Promise((resolve) => { pythonStarted = resolve; });
+// While a message just sent is not on screen yet (sendFromComposer): every action waits for the
+// frame that shows it, the message's own first, so Python has them in the order they came.
+let shownFirst = null;
 async function dispatch(action, data) {
   if (!globalThis.chatDispatch) await pythonReady;
+  if (shownFirst) await shownFirst;
   const pending = globalThis.chatDispatch?.(action, JSON.stringify(data));
   if (!pending) return;
   try {
@@ -283,7 +287,20 @@ function sendFromComposer(form, box) {
   if (!draftOf) view.composeIn(chat);
   view.fitComposer(box);
   view.showSending(send, files);
+  shownFirst = painted(); // (the message on screen first: Python's work on it, and on what follows, after that frame)
   handOver(send, ready);
+}
+
+// Once the page has painted what it holds now: after the next frame (or, should no frame come, a
+// hidden page, a moment later).
+function painted() {
+  const frame = new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(resolve, 0));
+    setTimeout(resolve, 100);
+  }).then(() => {
+    if (shownFirst === frame) shownFirst = null;
+  });
+  return frame;
 }
 
 // A UUIDv7 (RFC 9562): the time in milliseconds, then random bits; as the ids Python makes.

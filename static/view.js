@@ -135,7 +135,9 @@ export function setComposer(json) {
     && !composerSet.editing && !editing && box.value !== composerSet.text; // (a new sign-in: a new box)
   box.dataset.chat = chat;
   box.toggleAttribute("data-draft", !editing);
-  if (text !== null && !typed) {
+  // (The text this call set last, unchanged: fitted then, and measuring it would lay the page out.)
+  const same = composerSet !== null && composerSet.box === box && composerSet.text === text && box.value === text;
+  if (text !== null && !typed && !same) {
     box.value = text;
     fitComposer(box);
   }
