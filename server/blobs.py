@@ -162,10 +162,11 @@ async def one_piece(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def whole(work: Callable[[], T]) -> T:
+async def whole(work: Callable[[], T], undo: Callable[[T], object] | None = None) -> T:
     """``work`` in a thread, awaited to its end even should the caller be cancelled meanwhile
-    (the cancellation goes on after it): what it does with an open file, or a digest, is over
-    before the caller's cleanup closes them."""
+    (the cancellation goes on after it, and ``undo`` is given what ``work`` made, in a thread):
+    what it does with an open file, or a digest, is over before the caller's cleanup closes
+    them, and a file it opened for a caller gone is closed."""
     task = asyncio.ensure_future(asyncio.to_thread(work))
     try:
         return await asyncio.shield(task)
@@ -173,8 +174,12 @@ async def whole(work: Callable[[], T]) -> T:
         while not task.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # (retrieved: the cancellation is what goes on)
+        if not task.cancelled() and task.exception() is None and undo is not None:
+            made = task.result()
+            undoing = asyncio.ensure_future(asyncio.to_thread(undo, made))
+            while not undoing.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([undoing])
         raise
 
 
@@ -295,7 +300,7 @@ class FileBlobStore:
     async def append_from(self, owner: str, sha256: str, offset: int, pieces: AsyncIterable[bytes], most: int) -> int:
         part = self._part(owner, sha256)
         async with self._turns.turn(owner, sha256):
-            appending = await whole(lambda: self._appending(part, offset))
+            appending = await whole(lambda: self._appending(part, offset), undo=_Appending.close)
             batch: list[bytes] = []  # (pieces gathered, written together: a thread's turn each)
             gathered = 0
             try:

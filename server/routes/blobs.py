@@ -9,6 +9,7 @@ authenticated as the other routes are; every answer carries ``Tus-Resumable``.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import quote
@@ -124,10 +125,23 @@ def create_blueprint(parts: Parts) -> Blueprint:
                 parts.metrics.blob_bytes_received.inc(len(piece))
                 yield piece
 
+        storing = asyncio.ensure_future(
+            attachments.append_from(account_id, digest, offset, length, pieces(), request.content_length)
+        )
         try:
             try:
-                progress = await attachments.append_from(account_id, digest, offset, length, pieces(), request.content_length)
-            except Exception:  # (not a cancellation: the client is gone, and so is the rest of the body)
+                progress = await asyncio.shield(storing)
+            except asyncio.CancelledError:
+                # The client went away (Quart cancels the request's handler): what came of the
+                # chunk is all there will be, and it is stored (kept, durable) before this ends.
+                request.body.set_complete()
+                while not storing.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([storing])
+                if not storing.cancelled():
+                    storing.exception()  # (retrieved: the answer goes to no one)
+                raise
+            except Exception:
                 if not read:
                     await drain(deadline)
                 raise
