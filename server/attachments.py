@@ -224,7 +224,8 @@ class Attachments:
         return integer(held[0]) + integer(uploading[0])
 
     async def start(self, account_id: str, sha256: str, length: int) -> None:
-        """Begin the account's upload of ``length`` bytes; TooLarge over a limit."""
+        """Begin the account's upload of ``length`` bytes (its bytes begin in the store with the
+        first append); TooLarge over a limit."""
         if length > self.max_file_bytes:
             raise TooLarge(self.max_file_bytes, account=False)
         if await self._account_bytes(account_id, sha256) + length > self.max_account_bytes:
@@ -240,7 +241,6 @@ class Attachments:
                 now,
                 now,
             )
-        await self.blobs.begin(account_id, sha256)
 
     async def append(self, account_id: str, sha256: str, offset: int, length: int | None, data: bytes) -> Progress:
         """``append_from`` with the chunk's bytes at hand."""

@@ -271,22 +271,27 @@ class UploadEngine:
         """Upload one file from where the server is; True once it is done or failed."""
         sha256, size = queued.sha256, queued.size
         try:
-            progress = await self.transport.blob_offset(sha256)
+            asked = asyncio.ensure_future(self.transport.blob_offset(sha256))
+            try:
+                have = await self.source.size(sha256)  # (read while the server is asked)
+            finally:
+                progress = await asked
             if progress is not None and progress[0] == progress[1]:
                 await self._record(sha256, DONE, sent=size)  # (the server has it: from another message, or device)
                 return True
             offset = 0 if progress is None else progress[0]
-            have = await self.source.size(sha256)
             if have is None or have != size:
                 await self._record(sha256, FAILED, error=GONE if have is None else NOT_THE_FILE)
                 return True
-            # (Not made durable, nor the counts below: the server's offset is what counts, and
-            # after a reload its HEAD is asked again.)
-            await self._record(sha256, UPLOADING, sent=offset, durable=False)
             conflicts = 0
             want = CHUNK_BYTES
             while True:
+                # (Not made durable: the server's offset is what counts, and after a reload its
+                # HEAD is asked again. Drawn while the chunk goes.)
+                await self._record(sha256, UPLOADING, sent=offset, durable=False, draw_later=True)
                 length = min(want, size - offset)
+                if size - offset - length < want // 2:  # (a last bit not worth a request of its own)
+                    length = min(MAX_CHUNK_BYTES, size - offset)
                 chunk = await self.source.read(sha256, offset, length)
                 if chunk.size != length:
                     await self._record(sha256, FAILED, error=NOT_THE_FILE)
@@ -308,7 +313,6 @@ class UploadEngine:
                     await self._record(sha256, DONE, sent=size, durable=False)  # (shown at once,)
                     await self.store.persist_uploads()  # (then kept)
                     return True
-                await self._record(sha256, UPLOADING, sent=offset, durable=False)
         except BlobHashMismatch:
             await self._record(sha256, FAILED, sent=0, error=NOT_THE_FILE)
             return True
@@ -320,6 +324,14 @@ class UploadEngine:
             self._on_change(sha256)
             return attempts >= MAX_ATTEMPTS
 
-    async def _record(self, sha256: str, state: str, sent: int | None = None, error: str | None = None, durable: bool = True) -> None:
+    async def _record(
+        self, sha256: str, state: str, sent: int | None = None, error: str | None = None, durable: bool = True,
+        draw_later: bool = False,
+    ) -> None:
+        """Written, and drawn (``draw_later``: once what the caller does next has taken its first
+        step, a request sent, say)."""
         await self.store.record_upload(sha256, state, sent, error, durable)
-        self._on_change(sha256)
+        if draw_later:
+            asyncio.get_running_loop().call_soon(self._on_change, sha256)
+        else:
+            self._on_change(sha256)
