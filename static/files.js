@@ -201,8 +201,13 @@ export async function size(sha256) {
 // A Blob of the bytes, not the bytes: fetch sends it from the browser's blob storage, and its
 // bytes never come into the page's memory or Python's.
 export async function read(sha256, offset, length) {
-  const blob = uploading.sha256 === sha256 && uploading.blob ? uploading.blob : await stored(sha256);
-  return blob.slice(offset, offset + length);
+  return uploadingSlice(sha256, offset, length) ?? (await stored(sha256)).slice(offset, offset + length);
+}
+
+// The same at once (no promise, so no turn of Python's event loop to wait for), from the Blob of
+// the file being uploaded; null for another file.
+export function uploadingSlice(sha256, offset, length) {
+  return uploading.sha256 === sha256 && uploading.blob ? uploading.blob.slice(offset, offset + length) : null;
 }
 
 // An object URL of what the page shows of the file (an image's thumbnail; the file itself),

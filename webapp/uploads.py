@@ -9,8 +9,8 @@ the order it was written, a file at a time: HEAD says how far the server is (the
 offset, never the local count: a tab closed mid-chunk resumes from what the server has), then
 PATCHes send the rest from there: ``CHUNK_BYTES`` first, then chunks sized to take about
 ``CHUNK_SECONDS`` at the rate the last one went (so a slow link still shows its progress every
-second or so, and a fast one sends a file in a few requests: each costs a round trip, and the
-server's fsync of its bytes). Python decides; the ``BlobSource`` moves the bytes (in the browser,
+two seconds or so, and a fast one sends a file in two requests: each costs a round trip, the
+server's fsync of its bytes, and a turn of the page's busy event loop). Python decides; the ``BlobSource`` moves the bytes (in the browser,
 the page's IndexedDB), a chunk at a time.
 
 The network failing keeps a file waiting or uploading, tried again with backoff (offline is never
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024  # the first PATCH's body
 # The next ones: what the last one's rate sends in CHUNK_SECONDS, within these bounds (the server
 # takes up to 64 MiB, and stores a chunk as it comes: docs/protocol.md, "Attachments").
-CHUNK_SECONDS = 1.0
+CHUNK_SECONDS = 2.0
 MIN_CHUNK_BYTES = 256 * 1024
 MAX_CHUNK_BYTES = 64 * 1024 * 1024
 # A file the server keeps refusing for another reason (a 400, a 429) is tried this many times
