@@ -28,17 +28,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from server.blobs import BlobMissing, BlobStore, HashMismatch
+from server.blobs import BlobMissing, BlobStore, HashMismatch, TooMuch, one_piece
 from server.db import Database, integer, optional_text, text
 from shared.models import format_time
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK_BYTES = 8 * 1024 * 1024  # the largest PATCH body (a client sends 4 MiB)
+# The largest PATCH body. A chunk is stored as it comes, never held whole, so this bounds only
+# what Quart may gather of a body its upload is not taking yet (a client's first chunk is 4 MiB,
+# the next ones sized by how fast the last went: webapp/uploads.py).
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
 # How often an upload's updated_at is written while its chunks come (garbage collection drops an
 # upload untouched for the retention window, days: a minute's lag is nothing to it).
 TOUCH_SECONDS = 60.0
@@ -221,7 +224,8 @@ class Attachments:
         return integer(held[0]) + integer(uploading[0])
 
     async def start(self, account_id: str, sha256: str, length: int) -> None:
-        """Begin the account's upload of ``length`` bytes; TooLarge over a limit."""
+        """Begin the account's upload of ``length`` bytes (its bytes begin in the store with the
+        first append); TooLarge over a limit."""
         if length > self.max_file_bytes:
             raise TooLarge(self.max_file_bytes, account=False)
         if await self._account_bytes(account_id, sha256) + length > self.max_account_bytes:
@@ -237,11 +241,20 @@ class Attachments:
                 now,
                 now,
             )
-        await self.blobs.begin(account_id, sha256)
 
     async def append(self, account_id: str, sha256: str, offset: int, length: int | None, data: bytes) -> Progress:
+        """``append_from`` with the chunk's bytes at hand."""
+        return await self.append_from(account_id, sha256, offset, length, one_piece(data), len(data))
+
+    async def append_from(
+        self, account_id: str, sha256: str, offset: int, length: int | None, pieces: AsyncIterable[bytes], size: int | None
+    ) -> Progress:
         """Add a chunk at ``offset`` to the account's upload (``length``: its Upload-Length, needed
-        by the first one); the upload's progress after it (at its end: checked, and held).
+        by the first one), stored as ``pieces`` yields it (``size`` bytes, when known before);
+        the upload's progress after it (at its end: checked, and held). ``pieces`` is not read
+        when the answer comes before it (the blob is held already; any error but a PastTheEnd
+        found as the bytes come); a chunk cut off keeps what came of it (the store's
+        ``append_from``).
 
         Raises TooLarge, LengthRequired, LengthMismatch, PastTheEnd, and the store's
         OffsetMismatch and HashMismatch (the upload is discarded)."""
@@ -258,12 +271,15 @@ class Attachments:
             known = length
         elif length is not None and length != known:
             raise LengthMismatch(known)
-        if offset + len(data) > known:
+        if offset + (size or 0) > known:
             raise PastTheEnd(known)
         if offset > 0 and (account_id, sha256) not in self._seen:
             log.info("upload of %s resumed at offset %d of %d", sha256, offset, known)
         self._seen.add((account_id, sha256))
-        received = await self.blobs.append(account_id, sha256, offset, data)
+        try:
+            received = await self.blobs.append_from(account_id, sha256, offset, pieces, known - offset)
+        except TooMuch:
+            raise PastTheEnd(known) from None
         if received < known:
             await self._touch(account_id, sha256)
             return Progress(received, known)

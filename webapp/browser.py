@@ -382,7 +382,11 @@ class PageBlobs:
         return None if size < 0 else size
 
     async def read(self, sha256: str, offset: int, length: int) -> Chunk:
-        sliced = await js.chatFiles.read(sha256, offset, length)  # (a Blob: sent as it is)
+        # (A Blob: sent as it is. Sliced at once from the file being uploaded, whose Blob ``size``
+        # read: no turn of the event loop to wait for, which a busy page makes long.)
+        sliced = js.chatFiles.uploadingSlice(sha256, offset, length)
+        if sliced is None:
+            sliced = await js.chatFiles.read(sha256, offset, length)
         return Chunk(int(sliced.size), sliced)
 
 

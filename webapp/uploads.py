@@ -7,8 +7,11 @@ file (its SHA-256), so a file attached twice, or to two messages, is uploaded on
 sentence for a person, until ``retry``) or ``done``. ``UploadEngine`` works through the queue in
 the order it was written, a file at a time: HEAD says how far the server is (the server's
 offset, never the local count: a tab closed mid-chunk resumes from what the server has), then
-PATCH sends ``CHUNK_BYTES`` at a time from there. Python decides; the ``BlobSource`` moves the
-bytes (in the browser, the page's IndexedDB), a chunk at a time, never the whole file.
+PATCHes send the rest from there: ``CHUNK_BYTES`` first, then chunks sized to take about
+``CHUNK_SECONDS`` at the rate the last one went (so a slow link still shows its progress every
+two seconds or so, and a fast one sends a file in two requests: each costs a round trip, the
+server's fsync of its bytes, and a turn of the page's busy event loop). Python decides; the ``BlobSource`` moves the bytes (in the browser,
+the page's IndexedDB), a chunk at a time.
 
 The network failing keeps a file waiting or uploading, tried again with backoff (offline is never
 a failure); the server refusing the file (too large, or the bytes are not the file named) fails
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +43,16 @@ from webapp.transport import (
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 * 1024 * 1024  # a PATCH's body (the server takes up to 8 MiB)
+CHUNK_BYTES = 4 * 1024 * 1024  # the first PATCH's body
+# The next ones: what the last one's rate sends in CHUNK_SECONDS, within these bounds (the server
+# takes up to 64 MiB, and stores a chunk as it comes: docs/protocol.md, "Attachments").
+CHUNK_SECONDS = 2.0
+MIN_CHUNK_BYTES = 256 * 1024
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
+# How long after an upload's progress moves it is drawn (the moves meanwhile drawn once): a draw
+# between two chunks would hold the next one back (the page's thread draws, and on a busy machine
+# a draw took 170 ms); a file done, failed or waiting is drawn at once.
+PROGRESS_DRAW_SECONDS = 0.25
 # A file the server keeps refusing for another reason (a 400, a 429) is tried this many times
 # (with backoff) before it fails; the network failing never counts.
 MAX_ATTEMPTS = 5
@@ -161,6 +174,10 @@ class Uploads(Database):
         if durable:
             await self._durable()
 
+    async def persist_uploads(self) -> None:
+        """Make what ``record_upload`` wrote with ``durable`` False durable."""
+        await self._durable()
+
     async def count_upload_attempt(self, sha256: str, error: str) -> int:
         """A refusal that may pass (see MAX_ATTEMPTS): counted, and failed at the last one.
         Returns the attempts so far."""
@@ -174,11 +191,17 @@ class Uploads(Database):
         return 0 if row is None else int(row[0])
 
 
+def next_chunk(sent: int, seconds: float) -> int:
+    """The size of the next chunk, after ``sent`` bytes went in ``seconds``."""
+    rate = sent / max(seconds, 0.001)
+    return min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, int(rate * CHUNK_SECONDS)))
+
+
 class UploadEngine:
     """Uploads the queue (``Uploads``) until signed out; a task of its own beside the sync
     engine's. ``kick()`` after queueing or retrying a file, and when the browser is online again
     (it skips the backoff wait). ``sleep`` waits out a backoff (tests pass one that returns at
-    once); by default the wait ends early on a kick."""
+    once); by default the wait ends early on a kick. ``clock`` times the chunks (seconds)."""
 
     def __init__(
         self,
@@ -189,6 +212,7 @@ class UploadEngine:
         min_backoff: float = 0.5,
         max_backoff: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -197,6 +221,8 @@ class UploadEngine:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._sleep = sleep
+        self._clock = clock
+        self._drawing: dict[str, asyncio.TimerHandle] = {}  # progress to draw, by file
         self._kick = asyncio.Event()
         self.signed_out = False
 
@@ -250,24 +276,34 @@ class UploadEngine:
         """Upload one file from where the server is; True once it is done or failed."""
         sha256, size = queued.sha256, queued.size
         try:
-            progress = await self.transport.blob_offset(sha256)
+            asked = asyncio.ensure_future(self.transport.blob_offset(sha256))
+            try:
+                have = await self.source.size(sha256)  # (read while the server is asked)
+            finally:
+                progress = await asked
             if progress is not None and progress[0] == progress[1]:
                 await self._record(sha256, DONE, sent=size)  # (the server has it: from another message, or device)
                 return True
             offset = 0 if progress is None else progress[0]
-            have = await self.source.size(sha256)
             if have is None or have != size:
                 await self._record(sha256, FAILED, error=GONE if have is None else NOT_THE_FILE)
                 return True
-            await self._record(sha256, UPLOADING, sent=offset)
             conflicts = 0
+            want = CHUNK_BYTES
             while True:
-                chunk = await self.source.read(sha256, offset, min(CHUNK_BYTES, size - offset))
-                if chunk.size != min(CHUNK_BYTES, size - offset):
+                # (Not made durable: the server's offset is what counts, and after a reload its
+                # HEAD is asked again. Drawn while the chunk goes.)
+                await self._record(sha256, UPLOADING, sent=offset, durable=False, draw_later=True)
+                length = min(want, size - offset)
+                if size - offset - length < want // 2:  # (a last bit not worth a request of its own)
+                    length = min(MAX_CHUNK_BYTES, size - offset)
+                chunk = await self.source.read(sha256, offset, length)
+                if chunk.size != length:
                     await self._record(sha256, FAILED, error=NOT_THE_FILE)
                     return True
+                started = self._clock()
                 try:
-                    offset = await self.transport.blob_append(sha256, offset, size, chunk.body)
+                    answered = await self.transport.blob_append(sha256, offset, size, chunk.body)
                 except BlobOffsetMismatch:
                     conflicts += 1
                     if conflicts > MAX_CONFLICTS:
@@ -276,10 +312,12 @@ class UploadEngine:
                     offset = 0 if progress is None else progress[0]
                 else:
                     conflicts = 0
+                    want = next_chunk(answered - offset, self._clock() - started)
+                    offset = answered
                 if offset >= size:
-                    await self._record(sha256, DONE, sent=size)
+                    await self._record(sha256, DONE, sent=size, durable=False)  # (shown at once,)
+                    await self.store.persist_uploads()  # (then kept)
                     return True
-                await self._record(sha256, UPLOADING, sent=offset, durable=False)  # (the server's offset is what counts)
         except BlobHashMismatch:
             await self._record(sha256, FAILED, sent=0, error=NOT_THE_FILE)
             return True
@@ -291,6 +329,21 @@ class UploadEngine:
             self._on_change(sha256)
             return attempts >= MAX_ATTEMPTS
 
-    async def _record(self, sha256: str, state: str, sent: int | None = None, error: str | None = None, durable: bool = True) -> None:
+    async def _record(
+        self, sha256: str, state: str, sent: int | None = None, error: str | None = None, durable: bool = True,
+        draw_later: bool = False,
+    ) -> None:
+        """Written, and drawn (``draw_later``: PROGRESS_DRAW_SECONDS later, with what else moved
+        meanwhile)."""
         await self.store.record_upload(sha256, state, sent, error, durable)
+        if draw_later:
+            if sha256 not in self._drawing:
+                self._drawing[sha256] = asyncio.get_running_loop().call_later(PROGRESS_DRAW_SECONDS, self._draw, sha256)
+            return
+        if (pending := self._drawing.pop(sha256, None)) is not None:
+            pending.cancel()
+        self._on_change(sha256)
+
+    def _draw(self, sha256: str) -> None:
+        self._drawing.pop(sha256, None)
         self._on_change(sha256)

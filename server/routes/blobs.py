@@ -8,12 +8,14 @@ authenticated as the other routes are; every answer carries ``Tus-Resumable``.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import quote
 
 from quart import Blueprint, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from server.attachments import MAX_CHUNK_BYTES, LengthMismatch, LengthRequired, PastTheEnd, Progress, TooLarge
 from server.blobs import IMAGE_TYPES, SNIFF_BYTES, HashMismatch, OffsetMismatch, first_bytes, sniff
@@ -96,12 +98,55 @@ def create_blueprint(parts: Parts) -> Blueprint:
         offset = header_int("Upload-Offset", required=True)
         length = header_int("Upload-Length", required=False)
         assert offset is not None
+        too_large = ApiError(413, "payload_too_large", f"A chunk is at most {MAX_CHUNK_BYTES:,} bytes: send smaller ones.")
+        if (request.content_length or 0) > MAX_CHUNK_BYTES:
+            raise too_large
+        # The body is stored as it comes (server/blobs.py: append_from), within the time Quart
+        # gives a body (BODY_TIMEOUT), and counted as the store takes it.
+        deadline = asyncio.get_running_loop().time() + (request.body_timeout or float("inf"))
+        body = aiter(request.body)
+        read = False  # (the body came to its end, or failed: nothing is left to drain)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            nonlocal read
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        piece = await anext(body)
+                except StopAsyncIteration:
+                    read = True
+                    return
+                except TimeoutError:
+                    read = True
+                    raise RequestTimeout() from None
+                except RequestEntityTooLarge:
+                    read = True
+                    raise too_large from None
+                parts.metrics.blob_bytes_received.inc(len(piece))
+                yield piece
+
+        storing = asyncio.ensure_future(
+            attachments.append_from(account_id, digest, offset, length, pieces(), request.content_length)
+        )
         try:
-            data = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-        except RequestEntityTooLarge:
-            raise ApiError(413, "payload_too_large", f"A chunk is at most {MAX_CHUNK_BYTES:,} bytes: send smaller ones.") from None
-        try:
-            progress = await attachments.append(account_id, digest, offset, length, data)
+            try:
+                progress = await asyncio.shield(storing)
+            except asyncio.CancelledError:
+                # The client went away (Quart cancels the request's handler): what came of the
+                # chunk is all there will be, and it is stored (kept, durable) before this ends.
+                request.body.set_complete()
+                while not storing.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([storing])
+                if not storing.cancelled():
+                    storing.exception()  # (retrieved: the answer goes to no one)
+                raise
+            except Exception:
+                if not read:
+                    await drain(deadline)
+                raise
+            if not read:
+                await drain(deadline)
         except OffsetMismatch as e:
             raise ApiError(
                 409, "upload_offset_mismatch",
@@ -119,8 +164,17 @@ def create_blueprint(parts: Parts) -> Blueprint:
             raise ApiError(413, "payload_too_large", f"The file is too large: {e}.", limit=e.limit) from None
         except (LengthRequired, LengthMismatch, PastTheEnd) as e:
             raise ApiError(400, "bad_request", f"This chunk does not fit the upload: {e}.") from None
-        parts.metrics.blob_bytes_received.inc(len(data))
         return Response(status=204, headers=progress_headers(progress))
+
+    async def drain(deadline: float) -> None:
+        """The rest of a chunk answered before its end (refused, or a blob held already): read
+        and dropped, so the client, still sending it, gets the answer rather than a reset."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for _ in request.body:
+                    pass
+        except (TimeoutError, RequestEntityTooLarge):
+            pass  # (the connection goes: Quart answers no more of it)
 
     async def download(account_id: str, digest: str) -> Response:
         size = await attachments.held_size(account_id, digest)

@@ -15,6 +15,7 @@ from quart import Quart
 from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
+from server.attachments import MAX_CHUNK_BYTES
 from server.blobs import sniff
 from server.config import Settings
 from server.headers import content_security_policy
@@ -200,15 +201,16 @@ async def test_over_the_limits_is_413_in_the_error_format(client: Client) -> Non
     await upload(client, other, files[2], size=30 * 1024)
 
 
-async def test_a_chunk_over_8_mib_is_413(database_url: str) -> None:
-    app = create_app(settings_for(database_url))
+async def test_a_chunk_over_the_largest_is_413(database_url: str) -> None:
+    app = create_app(settings_for(database_url, max_file_bytes=2 * MAX_CHUNK_BYTES))
     async with app.test_app():
         client = app.test_client()
         auth = bearer(await signup(client))
-        data = b"\0" * (8 * 1024 * 1024 + 1)
+        data = b"\0" * (MAX_CHUNK_BYTES + 1)
         response = await patch(client, auth, data, 0, data)
         assert response.status_code == 413
-        assert (await error_of(response))["error"] == "payload_too_large"
+        error = await error_of(response)
+        assert error["error"] == "payload_too_large" and "A chunk is at most" in error["message"]
         small = await patch(client, auth, data, 0, data[: 2 * 1024 * 1024])  # (above --max-body-bytes: a chunk may be)
         assert small.status_code == 204
 

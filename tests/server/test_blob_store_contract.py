@@ -23,6 +23,7 @@ from server.blobs import (
     HashMismatch,
     OffsetMismatch,
     SqlBlobStore,
+    TooMuch,
     first_bytes,
 )
 from server.databases import open_database
@@ -345,3 +346,138 @@ async def test_a_file_store_completes_an_upload_of_its_own_without_reading_it_ag
     assert await again.complete(OTHER, sha) == len(DATA) and reads == [len(DATA)]
     await store.close()
     await again.close()
+
+
+async def pieces_of(data: bytes, size: int, then: BaseException | None = None) -> AsyncIterator[bytes]:
+    """``data`` in pieces of ``size`` bytes, as a request's body comes (then ``then`` raised, as a
+    client gone mid-chunk)."""
+    for start in range(0, len(data), size):
+        await asyncio.sleep(0)
+        yield data[start : start + size]
+    if then is not None:
+        raise then
+
+
+class Gone(Exception):
+    """The client went away mid-chunk."""
+
+
+async def test_a_streamed_chunk_is_stored_as_it_comes_not_held_whole(stores: tuple[Opener, Clock]) -> None:
+    """Another process sees the bytes of a chunk still arriving: the store writes them as they
+    come (a row, or a batch of the file store's, at a time), never holding the chunk whole."""
+    opener, _ = stores
+    store, other = await opener(), await opener()
+    data = bytes(range(256)) * (4 * ROW_BYTES // 256) + b"the end"
+    sha = digest(data)
+    seen: list[int] = []
+
+    async def watched() -> AsyncIterator[bytes]:
+        async for piece in pieces_of(data, 64 * 1024):
+            seen.append(await other.received(OWNER, sha) or 0)
+            yield piece
+
+    assert await store.append_from(OWNER, sha, 0, watched(), len(data)) == len(data)
+    assert max(seen) >= 2 * ROW_BYTES  # (written while the last pieces were still to come)
+    assert await store.complete(OWNER, sha) == len(data)
+    assert await read_all(other, sha) == data
+
+
+async def test_a_chunk_cut_off_keeps_what_came_and_the_upload_goes_on_from_there(stores: tuple[Opener, Clock]) -> None:
+    """A client gone mid-chunk (its body failing, or the request cancelled): the bytes that came
+    are kept, durable (another process, or this one after a restart, tells them), the failure
+    goes on, and the upload resumes from there to the right blob."""
+    opener, _ = stores
+    store = await opener()
+    data = bytes(range(251)) * (3 * ROW_BYTES // 251)
+    sha = digest(data)
+    came = ROW_BYTES + ROW_BYTES // 2
+    with pytest.raises(Gone):
+        await store.append_from(OWNER, sha, 0, pieces_of(data[:came], 100 * 1024, then=Gone()), len(data))
+    later = await opener()
+    assert await later.received(OWNER, sha) == came
+
+    stalled = asyncio.Event()
+
+    async def stalling() -> AsyncIterator[bytes]:
+        async for piece in pieces_of(data[came : came + ROW_BYTES], 100 * 1024):
+            yield piece
+        stalled.set()
+        await asyncio.Event().wait()  # (the rest never comes)
+
+    cut = asyncio.ensure_future(store.append_from(OWNER, sha, came, stalling(), len(data) - came))
+    await stalled.wait()
+    cut.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cut
+    assert await later.received(OWNER, sha) == came + ROW_BYTES
+    rest = came + ROW_BYTES
+    assert await store.append_from(OWNER, sha, rest, pieces_of(data[rest:], 300 * 1024), len(data) - rest) == len(data)
+    assert await store.complete(OWNER, sha) == len(data)
+    assert await read_all(later, sha) == data
+
+
+async def test_a_streamed_chunk_at_another_offset_is_refused_before_a_byte_is_read(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    await store.append(OWNER, sha, 0, DATA[:10])
+    read: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        read.append(b"")
+        yield DATA[20:]
+
+    with pytest.raises(OffsetMismatch) as refused:
+        await store.append_from(OWNER, sha, 20, body(), len(DATA))
+    assert refused.value.offset == 10 and read == []
+
+
+async def test_a_chunk_past_the_most_it_may_take_keeps_that_much(stores: tuple[Opener, Clock]) -> None:
+    opener, _ = stores
+    store = await opener()
+    sha = digest(DATA)
+    with pytest.raises(TooMuch):
+        await store.append_from(OWNER, sha, 0, pieces_of(DATA + b"more", 100), len(DATA))
+    assert await store.received(OWNER, sha) == len(DATA)
+    assert await store.complete(OWNER, sha) == len(DATA)
+    assert await read_all(store, sha) == DATA
+
+
+def counting_reads(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[object]:
+    """Calls of ``owner.name`` (a store's way of hashing an upload from what it stored), recorded."""
+    calls: list[object] = []
+    original = getattr(owner, name)
+
+    def counted(*args: object) -> object:
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(owner, name, staticmethod(counted))
+    return calls
+
+
+async def test_a_sql_store_completes_an_upload_of_its_own_without_reading_its_rows_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row is hashed as it is stored: completing reads the rows only when another process
+    (or this one before a restart) stored some, or the upload was begun again elsewhere."""
+    reads = counting_reads(monkeypatch, SqlBlobStore, "_digest_of_rows")
+    events = SqlEventStore(open_database(f"sqlite:///{tmp_path / 'chat.db'}"), Clock())
+    await events.open()
+    try:
+        store, again = SqlBlobStore(events.db, Clock()), SqlBlobStore(events.db, Clock())
+        data = bytes(range(256)) * (ROW_BYTES * 5 // 2 // 256)
+        sha = digest(data)
+        for start in range(0, len(data), ROW_BYTES // 3):
+            await store.append(OWNER, sha, start, data[start : start + ROW_BYTES // 3])
+        assert await store.complete(OWNER, sha) == len(data) and reads == []
+        await store.append(OTHER, sha, 0, data[:100])  # (a restart mid-upload)
+        await again.append(OTHER, sha, 100, data[100:])
+        assert await again.complete(OTHER, sha) == len(data) and len(reads) == 1
+        await store.append(OWNER, digest(DATA), 0, DATA[:300])  # (begun again elsewhere, as long)
+        await again.discard(OWNER, digest(DATA))
+        await again.append(OWNER, digest(DATA), 0, DATA[:300])
+        await store.append(OWNER, digest(DATA), 300, DATA[300:])
+        assert await store.complete(OWNER, digest(DATA)) == len(DATA) and len(reads) == 2
+    finally:
+        await events.close()

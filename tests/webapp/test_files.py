@@ -291,6 +291,7 @@ async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_upl
     order: every file the draft or a message on this device names is in its IndexedDB, and every
     byte of every file sent reaches the server once."""
     monkeypatch.setattr(uploads, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64)
     _, token = await new_account(app)
     path, disk = tmp_path_factory.mktemp("device") / "local.db", Disk()
     client, _ = await signed_in(path, disk)

@@ -34,8 +34,10 @@ MiB = 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def chunks_of_one_mib(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tests' files are a few chunks of 1 MiB (the engine's are 4 MiB: tests/bench/bench_attachments.py)."""
+    """The tests' files are a few chunks of 1 MiB, however fast they go (the engine's first is
+    4 MiB, and the next are sized by the rate: test_each_chunk_after_the_first_is_sized_by_the_rate_of_the_last)."""
     monkeypatch.setattr(uploads, "CHUNK_BYTES", MiB)
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", MiB)
 USERS = itertools.count(1)
 
 
@@ -111,6 +113,8 @@ class Network:
         self.offsets: list[int] = []
         self.heads = 0
         self.cut: list[str] = []
+        self.now = 0.0  # (the engine's clock: a chunk takes its size over the next of ``rates``, bytes a second)
+        self.rates: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -132,6 +136,8 @@ class Network:
         if cut == "request":
             raise NetworkError("the request was lost")
         self.offsets.append(offset)
+        if self.rates:
+            self.now += len(chunk) / self.rates.pop(0)
         if not self.inner.offline:
             self.received[sha256] += len(chunk)
         new_offset = await self.inner.blob_append(sha256, offset, length, chunk)
@@ -158,8 +164,8 @@ class Uploader:
         self.start()
 
     def start(self) -> None:
-        self.network = Network(self.device.transport)
-        self.engine = UploadEngine(self.device.store, self.network, self.source, sleep=no_wait)  # type: ignore[arg-type]
+        self.network = network = Network(self.device.transport)
+        self.engine = UploadEngine(self.device.store, network, self.source, sleep=no_wait, clock=lambda: network.now)  # type: ignore[arg-type]
 
     def reload(self) -> None:
         """The tab is closed and opened again: a new store on the same file, a new engine."""
@@ -194,6 +200,33 @@ async def test_a_file_goes_in_chunks_and_the_server_then_has_it_whole(app: Quart
     assert (state.state, state.percent, state.sentence, state.error) == ("done", 100, "Uploaded", None)
     assert a.store.queued_uploads() == []
     assert await a.download(sha(data)) == data
+
+
+async def test_each_chunk_after_the_first_is_sized_by_the_rate_of_the_last(
+    app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """To take about CHUNK_SECONDS at the rate the last one went: a slow link shows its
+    progress every second or so, a fast one sends the rest in one request."""
+    monkeypatch.setattr(uploads, "CHUNK_SECONDS", 1.0)
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64 * MiB)
+    monkeypatch.setattr(uploads, "MIN_CHUNK_BYTES", 256 * 1024)
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    data = pattern(6 * MiB + MiB // 2)
+    await a.attach(data)
+    a.network.rates = [2 * MiB, MiB / 2, 100 * 1024, 64 * MiB]
+    assert await a.engine.upload_all()
+    # 1 MiB first (at 2 MiB/s: then 2 MiB), 2 MiB (at 512 KiB/s: then 512 KiB), 512 KiB (at
+    # 100 KiB/s: then the least, 256 KiB), 256 KiB (at 64 MiB/s: then all the rest).
+    assert a.network.offsets == [0, MiB, 3 * MiB, 3 * MiB + MiB // 2, 3 * MiB + 3 * MiB // 4]
+    assert a.network.received[sha(data)] == len(data)
+    assert await a.download(sha(data)) == data
+
+
+def test_a_chunk_is_sized_within_its_bounds() -> None:
+    assert uploads.next_chunk(MiB // 4, 1.0) == int(MiB // 4 * uploads.CHUNK_SECONDS)
+    assert uploads.next_chunk(MiB, 0.0) == uploads.MAX_CHUNK_BYTES  # (too fast to time: the most)
+    assert uploads.next_chunk(1, 60.0) == uploads.MIN_CHUNK_BYTES
 
 
 async def test_a_file_the_server_has_is_sent_no_more_from_another_message_or_device(app: Quart, tmp_path: Path) -> None:
@@ -409,6 +442,7 @@ async def test_whatever_the_cuts_and_reloads_each_file_reaches_the_server_once(
     app: Quart, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, sizes: list[int], steps: list[Any]
 ) -> None:
     monkeypatch.setattr(uploads, "CHUNK_BYTES", 64)  # (small files, many chunks)
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64)
     _, token = await new_account(app)
     files = [pattern(size, seed=n) for n, size in enumerate(sizes)]
     a = Uploader(app, token, tmp_path_factory.mktemp("device") / "a.db")
