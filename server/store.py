@@ -128,6 +128,17 @@ class EventStore(Protocol):
     ) -> StatePage:
         """Rows with last_seq <= up_to_seq (default: now), paged; CursorExpired below the horizon."""
 
+    async def read_state_json(
+        self,
+        account_id: str,
+        up_to_seq: int | None,
+        chat_id: str | None,
+        limit: int,
+        page: str | None,
+    ) -> bytes:
+        """The same page as the JSON of its ``StateResponse`` (what ``GET /sync/state`` sends),
+        made from the rows without a model per row; the next page is read ahead meanwhile."""
+
     async def current_seq(self, account_id: str) -> int: ...
 
     async def min_available_seq(self, account_id: str) -> int:

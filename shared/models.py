@@ -71,7 +71,7 @@ class _Canonical:
         )
 
 
-def _no_nul(value: str) -> str:
+def no_nul(value: str) -> str:
     if "\x00" in value:
         raise ValueError("must not contain NUL characters")
     return value
@@ -79,7 +79,7 @@ def _no_nul(value: str) -> str:
 
 Id = Annotated[str, _Canonical(_CANONICAL_ID, _normalize_id, "must be a UUID string")]
 # Every free text: PostgreSQL cannot store NUL, so no store gets one.
-Text = Annotated[str, AfterValidator(_no_nul)]
+Text = Annotated[str, AfterValidator(no_nul)]
 Timestamp = Annotated[
     str, _Canonical(_CANONICAL_TIME, _normalize_time, "must be an RFC 3339 time with a timezone, such as 2026-11-30T12:00:00.123Z")
 ]
@@ -209,20 +209,31 @@ class Message(Wire):
     @property
     def attachments_json(self) -> str | None:
         """The ``attachments_json`` column of this message's row: the attachments' JSON, or None."""
-        if not self.attachments:
-            return None
-        return json.dumps([a.wire() for a in self.attachments], separators=(",", ":"))
+        return attachments_json(self.attachments)
 
     @property
     def usage_json(self) -> str | None:
         """The ``usage_json`` column of this message's row: the usage's JSON, or None."""
-        return None if self.usage is None else json.dumps(self.usage.wire(), separators=(",", ":"))
+        return usage_json(self.usage)
 
     @property
     def is_queued_follow_up(self) -> bool:
         """A user message queued while an answer is being written: not part of the chat's
         conversation until a ``QueuedMessageSent`` sends it."""
         return self.role == "user" and self.status == "queued"
+
+
+def attachments_json(attachments: tuple[Attachment, ...]) -> str | None:
+    """A message's attachments as its row holds them (``attachments_json``): JSON text, or None
+    when there are none."""
+    if not attachments:
+        return None
+    return json.dumps([a.wire() for a in attachments], separators=(",", ":"))
+
+
+def usage_json(usage: TokenUsage | None) -> str | None:
+    """A message's usage as its row holds it (``usage_json``): JSON text, or None."""
+    return None if usage is None else json.dumps(usage.wire(), separators=(",", ":"))
 
 
 class Preset(Wire):

@@ -11,16 +11,16 @@ import asyncio
 import json
 import sqlite3
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Any
 
-from shared.models import Snapshot, StateResponse
+from shared.models import Snapshot
 from shared.schema import MESSAGES, TABLES, Table
 from webapp import overlay
 from webapp import search as fulltext
 from webapp.database import SNAPSHOT_SETTLE_SECONDS, SNAPSHOT_WAL_BYTES, Database
 from webapp.outbox import drop_logged
+from webapp.state_page import Row, StatePage, snapshot_rows
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Snapshots(Database):
         """Full resync: the confirmed state becomes exactly ``snapshot`` (replace, never merge)."""
         with self._transaction() as conn:
             conn.execute("DELETE FROM snapshot_ids")
-            _store(conn, snapshot, fresh=False)
+            _store(conn, snapshot_rows(snapshot), fresh=False)
             _drop_unlisted(conn)
             self._set_meta(conn, "last_seq", str(up_to_seq))
             self._set_meta(conn, "synced_at", self._now())
@@ -56,7 +56,7 @@ class Snapshots(Database):
         raw = self._meta("snapshot")
         return None if raw is None else SnapshotProgress(**json.loads(raw))
 
-    async def apply_snapshot_page(self, page: StateResponse, first: bool) -> SnapshotProgress | None:
+    async def apply_snapshot_page(self, page: StatePage, first: bool) -> SnapshotProgress | None:
         """Take one page of ``GET /sync/state`` in one durable transaction: its rows become the
         server's version of theirs (replace, never merge), with the pending overlay put back on
         top, so what arrived can be shown at once. Until the last page the cursor does not move
@@ -76,8 +76,8 @@ class Snapshots(Database):
             else:
                 assert before is not None and before.up_to_seq == page.up_to_seq
                 progress = before
-            _store(conn, page.snapshot, fresh=progress.fresh)
-            done = progress.done + sum(len(getattr(page.snapshot, name)) for name in TABLES)
+            _store(conn, page.rows, fresh=progress.fresh)
+            done = progress.done + page.count()
             dropped = False
             if page.next_page is not None:
                 progress = SnapshotProgress(progress.up_to_seq, page.next_page, done, progress.total, progress.fresh)
@@ -119,15 +119,15 @@ class Snapshots(Database):
         return fulltext.backlog(self.conn)
 
 
-def _store(conn: sqlite3.Connection, snapshot: Snapshot, fresh: bool) -> None:
-    """Rows of a snapshot as the server's version of theirs: shown, or kept aside for the rows
-    the overlay changed. Unless the device is ``fresh`` (it had none of the server's rows),
-    their ids go into ``snapshot_ids``."""
+def _store(conn: sqlite3.Connection, rows: Mapping[str, Sequence[Row]], fresh: bool) -> None:
+    """Rows of a snapshot (each table's by its name, in its column order: webapp/state_page.py)
+    as the server's version of theirs: shown, or kept aside for the rows the overlay changed.
+    Unless the device is ``fresh`` (it had none of the server's rows), their ids go into
+    ``snapshot_ids``."""
     overlaid = overlay.overlaid(conn)
     for table in TABLES.values():
-        rows = getattr(snapshot, table.name)  # (a Snapshot holds each table's rows under its name)
         cols = table.column_names
-        values = list(map(attrgetter(*cols), rows))  # (``id`` leads every table)
+        values = rows[table.name]  # (``id`` leads every table)
         if not fresh:
             conn.executemany("INSERT OR IGNORE INTO snapshot_ids VALUES (?, ?)", [(table.name, v[0]) for v in values])
         if overlaid:
@@ -163,7 +163,7 @@ def _has_confirmed(conn: sqlite3.Connection) -> bool:
     )
 
 
-def _show_rows(conn: sqlite3.Connection, table: Table, values: list[tuple[Any, ...]], fresh: bool) -> None:
+def _show_rows(conn: sqlite3.Connection, table: Table, values: Sequence[Row], fresh: bool) -> None:
     """A snapshot's rows into a shown table; a row already shown as confirmed stays as it is
     (and so does its search entry). Pages come newest first, so messages are given rowids
     below every row's, counting down: rowids keep following the order rows were written in

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, StateResponse
+from shared.models import CaughtUpFrame, DeltaFrame, EventFrame
 from webapp.snapshots import SnapshotProgress
+from webapp.state_page import StatePage
 from webapp.store import LocalStore
 from webapp.transport import (
     CursorExpiredError,
@@ -201,7 +202,7 @@ class SyncEngine:
         work while this page is stored."""
         progress: SnapshotProgress | None = self.store.snapshot_progress() if resume else None
         resumed = progress is not None  # its page token comes from an earlier session
-        ahead: asyncio.Future[StateResponse] | None = None  # the next page, asked for already
+        ahead: asyncio.Future[StatePage] | None = None  # the next page, asked for already
         drawn: float | None = None  # (time.monotonic() of the last draw)
         try:
             while True:

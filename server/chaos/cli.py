@@ -134,10 +134,10 @@ async def run(args: argparse.Namespace) -> int:
 
 async def read_server(reader: HttpTransport) -> tuple[dict[str, Any], int]:
     """The server's whole state now, page by page at one seq: (the final record, its seq)."""
-    first = await reader.state(None, None, 5000)
+    first = await reader.state_models(None, None, 5000)
     pages, page = [first], first
     while page.next_page is not None:
-        page = await reader.state(first.up_to_seq, page.next_page, 5000)
+        page = await reader.state_models(first.up_to_seq, page.next_page, 5000)
         pages.append(page)
     chats = {c.id: {"title": c.title} for p in pages for c in p.snapshot.chats}
     messages = {m.id: row_of(m) for p in pages for m in p.snapshot.messages}

@@ -9,14 +9,14 @@ import uuid
 from pydantic import ValidationError
 from quart import Blueprint, Response, request, websocket
 
-from server.compression import compressed_json
+from server.compression import compressed_json, compressed_json_bytes
 from server.errors import ApiError, describe
 from server.live import follow, text_sender
 from server.openapi import DEFAULT_LIMIT, MAX_LIMIT, MAX_STATE_LIMIT
 from server.routes import Parts, chat_arg, int_arg, json_body
 from server.store import Rejected
 from server.validation import content_error
-from shared.models import DomainEvent, StateResponse, SubmitResponse, UpdatesResponse
+from shared.models import DomainEvent, SubmitResponse, UpdatesResponse
 
 
 def create_blueprint(parts: Parts) -> Blueprint:
@@ -81,17 +81,9 @@ def create_blueprint(parts: Parts) -> Blueprint:
         limit = int_arg("limit", DEFAULT_LIMIT, 1, MAX_STATE_LIMIT)
         assert limit is not None
         chat_id = chat_arg()
-        page = await store.read_state(session.account_id, up_to, chat_id, limit, request.args.get("page"))  # (InvalidPage: 400)
-        return await compressed_json(
-            request.headers,
-            StateResponse(
-                snapshot=page.snapshot,
-                up_to_seq=page.up_to_seq,
-                current_seq=page.current_seq,
-                next_page=page.next_page,
-                total=page.total,
-            ),
-        )
+        # (InvalidPage: 400.) The JSON is made from the rows, not from models (server/state_wire.py).
+        body = await store.read_state_json(session.account_id, up_to, chat_id, limit, request.args.get("page"))
+        return await compressed_json_bytes(request.headers, body)
 
     @routes.websocket("/sync/live")
     async def live() -> None:

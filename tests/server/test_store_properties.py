@@ -7,6 +7,7 @@ once per backend; Hypothesis drives the event loop itself.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.event_store import SqlEventStore
-from server.store import Rejected
-from shared.models import SETTINGS_ID, DomainEvent, LoggedEvent, QueuedSend, RunCancel, RunContinue, Snapshot
+from server.store import Rejected, StatePage
+from shared.models import SETTINGS_ID, DomainEvent, LoggedEvent, QueuedSend, RunCancel, RunContinue, Snapshot, StateResponse
 from tests.server.events import T, chat_created, event, message, new_id
 from tests.server.replay import as_state, at_most, replay
 from tests.server.stores import Clock, open_store
@@ -156,17 +157,28 @@ def parse(batch: list[dict[str, Any] | Rejected]) -> list[DomainEvent | Rejected
 
 
 async def full_state(store: SqlEventStore, account: str, up_to: int | None = None) -> tuple[Snapshot, int]:
-    """The state at ``up_to`` (default: now), read in small pages."""
-    page = await store.read_state(account, up_to, None, 4, None)
+    """The state at ``up_to`` (default: now), read in small pages; each page's JSON as
+    ``GET /sync/state`` sends it (made from the rows) is checked against the models'."""
+    page = await read_page(store, account, up_to, None)
     kinds = ("chats", "messages", "settings", "presets")
     found: dict[str, list[Any]] = {kind: list(getattr(page.snapshot, kind)) for kind in kinds}
     token = page.next_page
     while token is not None:
-        more = await store.read_state(account, page.up_to_seq, None, 4, token)
+        more = await read_page(store, account, page.up_to_seq, token)
         for kind in kinds:
             found[kind] += getattr(more.snapshot, kind)
         token = more.next_page
     return Snapshot(**found), page.up_to_seq
+
+
+async def read_page(store: SqlEventStore, account: str, up_to: int | None, token: str | None) -> StatePage:
+    page = await store.read_state(account, up_to, None, 4, token)
+    body = await store.read_state_json(account, up_to, None, 4, token)
+    models = StateResponse(
+        snapshot=page.snapshot, up_to_seq=page.up_to_seq, current_seq=page.current_seq, next_page=page.next_page, total=page.total
+    )
+    assert json.loads(body) == models.model_dump(mode="json", by_alias=True)
+    return page
 
 
 def touched(event: LoggedEvent) -> set[str]:

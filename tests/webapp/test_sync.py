@@ -30,10 +30,10 @@ async def app(database_url: str) -> AsyncIterator[Quart]:
 
 
 async def server_state(device: Device) -> Snapshot:
-    state = await device.transport.state(None, None)
+    state = await device.transport.state_models(None, None)
     chats, messages, page = list(state.snapshot.chats), list(state.snapshot.messages), state.next_page
     while page:
-        more = await device.transport.state(state.up_to_seq, page)
+        more = await device.transport.state_models(state.up_to_seq, page)
         chats += more.snapshot.chats
         messages += more.snapshot.messages
         page = more.next_page

@@ -263,10 +263,10 @@ class SyncMachine(RuleBasedStateMachine):
 async def server_snapshot(transport: Any) -> Any:
     from shared.models import Snapshot
 
-    state = await transport.state(None, None)
+    state = await transport.state_models(None, None)
     chats, messages, page = list(state.snapshot.chats), list(state.snapshot.messages), state.next_page
     while page:
-        more = await transport.state(state.up_to_seq, page)
+        more = await transport.state_models(state.up_to_seq, page)
         chats, messages, page = chats + more.snapshot.chats, messages + more.snapshot.messages, more.next_page
     return Snapshot(chats=chats, messages=messages)
 
