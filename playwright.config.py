@@ -12,7 +12,11 @@ end, past the small wasm stack into its guard page: the renderer dies with SIGSE
 Chromium's crash reports, ~/.config/chromium/Crash Reports, show the same faulting instruction each
 time). Forcing the profiler on crashed the first start of the app every time. A crash was then a
 lottery drawn at each browser launched: the tests that kill and reopen a browser draw most often,
-and a suite whose shared browser drew it would crash page after page.
+and a suite whose shared browser drew it would crash page after page. The app now starts Pyodide
+without JSPI (static/no-jspi.js), and tests/e2e/test_heap_profiler.py forces the profiler on to
+show it starts and answers; the rest of the suite keeps it off all the same, so that a crash of
+that kind in a test is never a draw of the browser's, and the profiler's cost (a stack walked per
+sampled allocation) stays out of the suite's timings.
 
 Chromium takes only the last --disable-features it is given, and Playwright passes its own list:
 ours repeats Playwright's (tests/test_playwright_config.py checks it against the pinned driver).

@@ -35,8 +35,8 @@ CONTENT_TYPES = {
 
 # Files the shell needs, beside the vendored Pyodide core, idiomorph, wheels and lock file.
 SHELL = (
-    "index.html", "paint.js", "app.js", "pending.js", "files.js", "early-files.js", "python-start.js", "storage.js", "view.js",
-    "python-worker.js", "warm-worker.js", "hash-worker.js", "app.css", "manifest.webmanifest", "icon.svg",
+    "index.html", "paint.js", "app.js", "pending.js", "files.js", "early-files.js", "python-start.js", "no-jspi.js",
+    "storage.js", "view.js", "python-worker.js", "warm-worker.js", "hash-worker.js", "app.css", "manifest.webmanifest", "icon.svg",
     "vendor/highlight.css",
 )  # fmt: skip
 # Under vendor/pyodide/<version>/, as npm ships them; the standard library is set-up's trimmed

@@ -4,9 +4,12 @@
 // - a memory snapshot of the interpreter with the standard library modules we use imported, which
 //   skips most of Pyodide's own start-up; our wheels load on top of it (a snapshot cannot hold
 //   them: pyodide/pyodide#5195, #6418). Tied to the Pyodide build (the version is in its URL) and
-//   to SNAPSHOT_IMPORTS; one that fails to load is deleted and the page starts again without it.
+//   to SNAPSHOT_IMPORTS and to whether Pyodide runs with JSPI (static/no-jspi.js: it does not,
+//   unless the browser would not let it go; a snapshot made before, with JSPI, is not loaded); one
+//   that fails to load is deleted and the page starts again without it.
 // - the .pyc files of the modules the page imports from our wheels and bundle, keyed by a hash of
 //   the bundle and the lock file (so by the exact sources), which skips compiling them.
+import { JSPI } from "/static/no-jspi.js"; // (first: before Pyodide starts)
 import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 
 const PYODIDE_URL = "/static/vendor/pyodide/314.0.7/";
@@ -18,7 +21,7 @@ const SNAPSHOT_IMPORTS = [
   "fractions", "numbers", "copy", "weakref", "ast", "dis", "tokenize", "traceback", "linecache",
   "bisect", "heapq", "contextvars", "struct", "math", "zoneinfo", "urllib.parse", "ipaddress", "pathlib",
 ];
-const SNAPSHOT_KEY = new URL(`${PYODIDE_URL}snapshot-${SNAPSHOT_IMPORTS.length}.bin`, location).href;
+const SNAPSHOT_KEY = new URL(`${PYODIDE_URL}snapshot-${JSPI ? "jspi" : "nojspi"}-${SNAPSHOT_IMPORTS.length}.bin`, location).href;
 const FAILED = "chat-snapshot-failed";
 // Our modules and those of our wheels, as the page imported them (what the bytecode holds), and
 // those the warm-up imports (webapp/markdown.py: warm_sources), whether it has run yet or not.

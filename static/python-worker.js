@@ -4,6 +4,7 @@
 // them for offline use). It also reads a PDF's text for the model on this device, with
 // shared/pdf.py, the server's own function: pypdf is loaded then, on the first PDF, not before
 // (from this origin too: the lock's wheel, which the service worker keeps).
+import "/static/no-jspi.js"; // (first: Pyodide without JSPI, as in the page)
 import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 
 const ready = (async () => {

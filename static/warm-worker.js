@@ -6,6 +6,7 @@
 //   calls into JavaScript fail, hence not the page's own);
 // - "bytecode": our wheels and bundle (the page's bytes), and the modules the page imported
 //   compiled to .pyc files (unchecked: the cache key names the exact sources), in one zip.
+import "/static/no-jspi.js"; // (first: Pyodide without JSPI, as in the page)
 import { loadPyodide } from "/static/vendor/pyodide/314.0.7/pyodide.mjs";
 
 const COMPILE = `
