@@ -21,7 +21,7 @@ from server.config import Settings, add_arguments
 from server.errors import describe
 from server.store import UsernameTaken
 from server.transfer import export_account, import_account
-from server.tuning import decline_websocket_compression, tune_garbage_collection
+from server.tuning import answer_protocol_errors_in_json, decline_websocket_compression, tune_garbage_collection
 from shared.models import Credentials
 
 
@@ -117,6 +117,7 @@ async def _compact(settings: Settings) -> None:
 
 async def _serve(settings: Settings) -> None:
     decline_websocket_compression()
+    answer_protocol_errors_in_json()
     app = create_app(settings)
     config = Config()
     config.bind = [f"{settings.host}:{settings.port}"]
@@ -131,6 +132,7 @@ async def _serve(settings: Settings) -> None:
 
     async def shutdown() -> None:
         await stop.wait()
+        logging.getLogger("server").info("stopping; open: %s", app.extensions["in_flight"].describe())
         app.extensions["hub"].go_away()  # live sockets close with 1001, clients reconnect elsewhere
 
     tune_garbage_collection()

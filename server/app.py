@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,7 @@ from server.errors import ERRORS, HTTP_CODES, OTHER_CODE, ApiError, translated
 from server.event_store import SqlEventStore
 from server.fanout import PostgresListener, publish_delta, publish_end
 from server.headers import SecurityHeaders, content_security_policy, security_headers
+from server.in_flight import InFlight
 from server.limits import RateLimiter
 from server.live import Hub, KeepAsgiSend, SharedReads
 from server.metrics import Metrics
@@ -45,6 +47,9 @@ def open_store(url: str, clock: Callable[[], datetime]) -> SqlEventStore:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+log = logging.getLogger("server")
 
 
 class ChatRequest(Request):
@@ -66,7 +71,8 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
     app = Quart(__name__, static_folder=None)
     app.request_class = ChatRequest
     headers = security_headers(content_security_policy(settings.device_model_origins))
-    app.asgi_app = KeepAsgiSend(SecurityHeaders(app.asgi_app, headers))  # type: ignore[method-assign]
+    in_flight = InFlight(KeepAsgiSend(SecurityHeaders(app.asgi_app, headers)))
+    app.asgi_app = in_flight  # type: ignore[method-assign]
     if settings.trusted_proxies > 0:
         # Opt-in: the scheme (so the Secure cookie), client address and host a proxy reports.
         # Outermost, so that its copy of the scope is made before a socket's send is put in it.
@@ -119,12 +125,12 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
         listener=listener,
         sessions=auth.SessionCache(settings.session_cache_seconds),
         sync_limiter=RateLimiter(settings.rate_limit_per_minute, burst=max(1, settings.rate_limit_per_minute / 6)),
-        auth_limiter=RateLimiter(
-            settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3)
-        ),
+        auth_limiter=RateLimiter(settings.auth_rate_limit_per_minute, burst=max(1, settings.auth_rate_limit_per_minute / 3)),
         clock=clock,
     )
-    app.extensions.update(store=store, attachments=attachments, hub=hub, metrics=metrics, runs=worker, publish_delta=publish)
+    app.extensions.update(
+        in_flight=in_flight, store=store, attachments=attachments, hub=hub, metrics=metrics, runs=worker, publish_delta=publish
+    )
     background: list[asyncio.Task[None]] = []
 
     @app.before_serving
@@ -139,6 +145,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Q
 
     @app.after_serving
     async def _close() -> None:
+        log.info("stopping; open still: %s", in_flight.describe())
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)

@@ -73,8 +73,17 @@ class Server:
         return "\n".join([line for line in text.splitlines() if not line.startswith('{"at"')][-lines:])
 
     def stop(self) -> None:
+        """SIGTERM, as a service manager stops it: the server closes its sockets, waits for the
+        requests it is serving (up to Hypercorn's graceful timeout, 10 s), then closes its stores.
+        Still running after 30 s, it is killed and the stop fails with its log, which names what
+        it was still serving."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise AssertionError(f"the server did not stop in 30 s:\n{self.log_tail()}") from None
 
 

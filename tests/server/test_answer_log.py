@@ -35,6 +35,8 @@ from tests.server.events import chat_created, event, message, new_id
 from tests.server.test_runs import a_requested_run, run_settings, until_idle, until_status
 from tests.waiting import until
 
+# What a server logs (httpx) when it calls the model: the process streaming a run.
+UPSTREAM_CALL = "/v1/chat/completions"
 # Words of an answer, with some of what JSON escapes: quotes, backslashes, non-ASCII.
 WORDS = 'the plan is "simple": we keep C:\\temp as it is, and the café opens at nine'.split()
 
@@ -309,17 +311,23 @@ async def test_a_run_whose_process_died_keeps_what_another_process_saw_streamed(
                     frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
                     if frame["type"] == "delta":
                         seen = seen[: frame["offset"]] + frame["text"]
-                assert streamer.process is not None
-                streamer.process.kill()  # SIGKILL, before any checkpoint
-                streamer.process.wait()
+                # The one that claimed it calls the model: the other, should a loaded machine hold
+                # the streamer back from its first look.
+                calling = [p for p in (streamer, other) if UPSTREAM_CALL in p.log.read_text(errors="replace")]
+                assert len(calling) == 1, [p.log_tail() for p in (streamer, other)]
+                [dying] = calling
+                survivor = other if dying is streamer else streamer
+                assert dying.process is not None
+                dying.process.kill()  # SIGKILL, before any checkpoint
+                dying.process.wait()
             deadline = time.monotonic() + 30  # (the lease runs out 4 s after the kill; the other looks every 0.5 s)
             while True:
-                state = (await http.get(f"/sync/state?chatId={chat}", headers=headers)).json()
+                state = (await http.get(f"{survivor.url}/sync/state?chatId={chat}", headers=headers)).json()
                 ended = next(m for m in state["snapshot"]["messages"] if m["id"] == reply_id)
                 if ended["status"] != "streaming" or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
-        assert ended["status"] == "failed_upstream", f"still {ended['status']}; the other process logged:\n{other.log_tail()}"
+        assert ended["status"] == "failed_upstream", f"still {ended['status']}; the other process logged:\n{survivor.log_tail()}"
         assert ended["content"].startswith(seen)
         assert upstream.text is not None and upstream.text.startswith(ended["content"])
         assert upstream.calls == 1

@@ -34,9 +34,11 @@ from tests.server.stores import Clock, open_store
 def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) -> Settings:
     """The server's settings for these tests: the fake upstream as the assistant "fake"; a reply's
     checkpoints (and the reads of whether it was stopped) as often as its size allows, rather than
-    once a second, so that no test waits for a second to pass."""
+    once a second, so that no test waits for a second to pass. A stalled upstream fails a run after
+    10 s (a loaded machine held the fake upstream, in this process, back for more than 1 s between
+    two words: the suite's third loaded run failed a streaming test so); the stall's own test asks for 1 s."""
     defaults: dict[str, Any] = {
-        "ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 1.0, "run_checkpoint_seconds": 0.05,
+        "ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 10.0, "run_checkpoint_seconds": 0.05,
     }  # fmt: skip
     return Settings(database_url=database_url, **{"assistants": upstream.config(), **defaults, **overrides})
 
@@ -234,26 +236,25 @@ async def test_a_resubmitted_request_calls_the_upstream_once(app: Quart, client:
 
 
 @pytest.mark.parametrize("mode", ["502", "stall", "broken"])
-async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(
-    app: Quart, client: Client, upstream: FakeUpstream, mode: str
-) -> None:
-    session = await signup(client)
-    upstream.mode = mode
-    chat, question, request = await a_requested_run(client, session)
-    failed = await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
-    row = await until_run(app, request["payload"]["runId"], "failed_upstream")
-    assert row["reported"] == 0
-    assert {"502": "HTTP 502", "stall": "sent nothing for 1 s", "broken": "broke off"}[mode] in row["error"]
-    if mode != "502":  # what had arrived is kept, and counted
-        assert failed["content"] and full_answer().startswith(failed["content"])
-        assert row["completion"] == len(failed["content"].split())
+async def test_an_upstream_failure_fails_the_run_and_retry_is_a_new_run(database_url: str, upstream: FakeUpstream, mode: str) -> None:
+    async with serving(database_url, upstream, upstream_timeout_seconds=1.0) as (app, client):
+        session = await signup(client)
+        upstream.mode = mode
+        chat, question, request = await a_requested_run(client, session)
+        failed = await until_status(client, session, chat, request["payload"]["messageId"], "failed_upstream")
+        row = await until_run(app, request["payload"]["runId"], "failed_upstream")
+        assert row["reported"] == 0
+        assert {"502": "HTTP 502", "stall": "sent nothing for 1 s", "broken": "broke off"}[mode] in row["error"]
+        if mode != "502":  # what had arrived is kept, and counted
+            assert failed["content"] and full_answer().startswith(failed["content"])
+            assert row["completion"] == len(failed["content"].split())
 
-    upstream.mode = "ok"  # Retry: a new request
-    retry = run_request(chat, question)
-    await post(client, session, retry)
-    done = await until_status(client, session, chat, retry["payload"]["messageId"], "completed")
-    assert done["content"] == full_answer()
-    assert upstream.calls == 2
+        upstream.mode = "ok"  # Retry: a new request
+        retry = run_request(chat, question)
+        await post(client, session, retry)
+        done = await until_status(client, session, chat, retry["payload"]["messageId"], "completed")
+        assert done["content"] == full_answer()
+        assert upstream.calls == 2
 
 
 async def test_stop_ends_the_run_with_what_it_had(app: Quart, client: Client, upstream: FakeUpstream) -> None:
