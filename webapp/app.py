@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -38,7 +39,7 @@ from shared.prompt import PdfReader
 from shared.thread import ROOT, children, path_to
 from webapp import device_model, markdown, message_html, ui
 from webapp.assistants import DEVICE_MODEL_ID, LOCAL_TOOLS_ID, AssistantChoice, RemoteAssistant
-from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView
+from webapp.chats import DEFAULT_TITLE, Chats, ChatsHost, ChatsView, title_from
 from webapp.files import MAX_FILES, Files, FilesHost, Held, Shown, TooLarge, any_image, composer_files, message_files
 from webapp.outbox import Rejection
 from webapp.overlay import is_pending
@@ -47,7 +48,7 @@ from webapp.steering import Steering, SteeringHost
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import NetworkError, ServerError, Transport
-from webapp.uploads import BlobSource, UploadEngine
+from webapp.uploads import DONE, BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 LOCAL_ASSISTANTS = (LOCAL_TOOLS_ID, DEVICE_MODEL_ID)  # those that answer on this device
@@ -148,6 +149,11 @@ class Services:
     # Where attached files are held and kept (the page's IndexedDB), and where the upload engine
     # reads them; None where files cannot be attached.
     files: FilesHost | None = None
+    # What the page keeps for its screen before Python is up (static/early-files.js): how many
+    # more bytes of files may be attached (None: not known), and the composer's note on images
+    # for each value of the assistant chooser (None: no note).
+    remember_room: Callable[[int | None], None] = lambda room: None
+    remember_image_notes: Callable[[dict[str, str | None]], None] = lambda notes: None
     blobs: BlobSource | None = None
     # Called once start-up and the warm-up have made what lives as long as the page (modules,
     # parsers, the lexer): in the browser, gc.freeze(), so that the cyclic garbage collector's
@@ -187,6 +193,9 @@ class Client:
         self.files = Files(services.files, self._files_changed)
         if (known := self.store.setting("max_file_bytes")) is not None:
             self.files.max_file_bytes = int(known)  # (as the server last said)
+        self.files.account_free = self._known_free()
+        self._uploaded_since: dict[str, int] = {}  # files uploaded since the account's figure was asked
+        self._remembered: tuple[int | None, str] | None = None  # (room, image notes) as the page last had them
         self.uploads = None if services.blobs is None else UploadEngine(
             self.store, services.transport, services.blobs, on_change=self._upload_changed
         )
@@ -223,21 +232,59 @@ class Client:
     def _on_online(self) -> None:
         """Online again: the server's assistants are asked for (kept for offline starts)."""
         asyncio.ensure_future(self.choice.refresh()).add_done_callback(_log_failure)
-        asyncio.ensure_future(self._learn_file_limit()).add_done_callback(_log_failure)
+        asyncio.ensure_future(self._learn_limits()).add_done_callback(_log_failure)
         if self.uploads is not None:
             self.uploads.kick()
         self.files.online()
 
-    async def _learn_file_limit(self) -> None:
-        """The largest file the server takes (tus's Tus-Max-Size), kept for offline starts: a
-        file over it is refused when attached, not when its upload fails."""
+    async def _learn_limits(self) -> None:
+        """The largest file the server takes (tus's Tus-Max-Size) and how many more bytes the
+        account may upload (Upload-Account-Free), kept for offline starts: a file over either
+        is refused when attached, not when its upload fails. Asked when online again and when
+        the uploads are done. The account's figure is taken only when this device had no upload
+        under way from the question to the answer: the server counts an upload under way whole,
+        and ``_room`` counts every file this device has not uploaded, so one would count twice."""
+        idle = not self.store.queued_uploads()
         try:
-            limit = await self.s.transport.blob_limit()
+            limits = await self.s.transport.blob_limits()
         except (NetworkError, ServerError):
             return
-        if limit is not None and str(limit) != self.store.setting("max_file_bytes"):
-            self.files.max_file_bytes = limit
-            await self.store.set_setting("max_file_bytes", str(limit))
+        if limits.max_file is not None and str(limits.max_file) != self.store.setting("max_file_bytes"):
+            self.files.max_file_bytes = limits.max_file
+            await self.store.set_setting("max_file_bytes", str(limits.max_file))
+        if limits.account_free is not None and idle and not self.store.queued_uploads():
+            self._uploaded_since.clear()
+            self.files.account_free = limits.account_free
+            if str(limits.account_free) != self.store.setting("account_free_bytes"):
+                await self.store.set_setting("account_free_bytes", str(limits.account_free))
+        self._remember_for_page()
+
+    def _known_free(self) -> int | None:
+        known = self.store.setting("account_free_bytes")
+        return None if known is None else int(known)
+
+    def _room(self) -> int | None:
+        """How many more bytes of files may be attached here: what the account may still upload
+        (as the server last said), less the files this device has not uploaded yet (drafts'
+        and queued) and those it uploaded since the server said it; None when never said."""
+        free = self.files.account_free
+        if free is None:
+            return None
+        unsent = {**self._uploaded_since, **self.store.unsent_files()}
+        return free - sum(unsent.values())
+
+    def _remember_for_page(self) -> None:
+        """What the page needs to refuse a file, and to say an assistant does not read images,
+        on its screen before Python is up (static/early-files.js); handed over when it changed."""
+        room, notes = self._room(), self.choice.image_notes()
+        remembered = (room, json.dumps(notes, sort_keys=True))
+        if remembered == self._remembered:
+            return
+        if self._remembered is None or room != self._remembered[0]:
+            self.s.remember_room(room)
+        if self._remembered is None or remembered[1] != self._remembered[1]:
+            self.s.remember_image_notes(notes)
+        self._remembered = remembered
 
     def online_again(self) -> None:
         """The browser says it is online: sync and uploads try now, not at their backoff's end."""
@@ -278,6 +325,8 @@ class Client:
         self.view.remember(account.user_id, key)
         self._layout = True
         self.chats.reset()
+        self.files.account_free = self._known_free()  # (this account's: another may have been signed in)
+        self._uploaded_since.clear()
         chats = self.store.chats()
         self.selected = shown if any(c.id == shown for c in chats) else chats[0].id if chats else None
         self.editing = None
@@ -374,6 +423,7 @@ class Client:
         refused = self._refused.get(chat_id, [])
         note = self.choice.image_note() if any_image(attached) else None  # (looked up only when needed: uploads redraw this)
         self.view.set_html("composer-files", composer_files(attached, self.files, refused, note, attaching))
+        self._remember_for_page()
 
     def _files_changed(self) -> None:
         """The page can show a file now, or a failed upload is tried again."""
@@ -381,9 +431,15 @@ class Client:
         self.pane.draw()
 
     def _upload_changed(self, sha256: str) -> None:
-        """A file's upload moved on (once per chunk): the messages that carry it say so. (The
-        composer's chips do not show uploads.)"""
+        """A file's upload moved on (its progress, at most every 250 ms): the messages that carry
+        it say so. (The composer's chips do not show uploads.) Once the last one is done, the server is asked
+        again what the account may still upload."""
         self.pane.draw_file(sha256)
+        state = self.store.upload_state(sha256)
+        if state is not None and state.state == DONE:
+            self._uploaded_since[sha256] = state.size
+            if not self.store.queued_uploads():
+                asyncio.ensure_future(self._learn_limits()).add_done_callback(_log_failure)
 
     def _message_files(self, message: Message) -> str:
         if not message.attachments:
@@ -414,7 +470,7 @@ class Client:
                     refused.append(f"{held.name} is not attached: a message takes at most {MAX_FILES} files.")
                     continue
                 try:
-                    attachment = await self.files.attach(held.token, held.name, held.mime, held.size)
+                    attachment = await self.files.attach(held.token, held.name, held.mime, held.size, self._room())
                 except TooLarge as e:
                     refused.append(str(e))
                     continue
@@ -608,19 +664,21 @@ class Client:
         self.view.toggle_chats(False)
         self.view.focus("#composer-text")
 
-    async def _new_chat(self, chat_id: str | None = None) -> str:
-        now = self.s.now()
+    async def _new_chat(self) -> None:
+        await self._submit(EventType.CHAT_CREATED, self._chat_made())
+        self.redraw(chat_changed=True)
+
+    def _chat_made(self, chat_id: str | None = None, title: str = DEFAULT_TITLE) -> Chat:
+        """A new chat, opened (its ChatCreated for the caller to submit)."""
         settings = self.store.settings()
         default = settings.default_preset_id if settings is not None else None
         preset = default if default is not None and self.store.preset(default) is not None else None
-        chat = Chat(id=chat_id or self.s.new_id(), title=DEFAULT_TITLE, created_at=now, preset_id=preset)
+        chat = Chat(id=chat_id or self.s.new_id(), title=title, created_at=self.s.now(), preset_id=preset)
         self.selected, self.editing = chat.id, None
         # At once: what is typed from now on is the new chat's (the page names a chat it made
         # itself for a message sent in no chat, and then keeps what is typed there since).
         self.view.set_composer(chat.id, "" if chat_id is None else None, None)
-        await self._submit(EventType.CHAT_CREATED, chat)
-        self.redraw(chat_changed=True)
-        return chat.id
+        return chat
 
     async def _on_show_earlier(self, data: dict[str, Any]) -> None:
         self.pane.show_earlier()
@@ -650,8 +708,13 @@ class Client:
         if not text and not attached:
             return
         chat_id = draft_of if self.store.chat(draft_of) else None
+        # The chat made, or named after its first message, with the message: one durable write.
+        chat_change: list[tuple[EventType, Payload]] = []
         if chat_id is None:
-            chat_id = await self._new_chat(_uuid(data.get("chat")) if data.get("newChat") else None)
+            chat = self._chat_made(_uuid(data.get("chat")) if data.get("newChat") else None, title_from(text))
+            chat_id, chat_change = chat.id, [(EventType.CHAT_CREATED, chat)]
+        elif (renamed := self.chats.titled(chat_id, text)) is not None:
+            chat_change = [(EventType.CHAT_UPDATED, renamed)]
         chosen = str(data.get("assistant", self.choice.shown()))
         assistant, preset_id = self.choice.resolve(chosen)
         # While an answer is being written in the chat (or others wait before it), the message is
@@ -674,10 +737,17 @@ class Client:
         )
         if queue:
             message = message.model_copy(update={"status": "queued", "assistant_id": assistant or None, "preset_id": preset_id})
+        asked = self.choice.get(assistant) if assistant != NO_ASSISTANT and not queue else None
+        run: list[tuple[EventType, Payload]] = []
+        if isinstance(asked, RemoteAssistant):  # (its run request goes with the message: never one without the other)
+            run = [(EventType.ASSISTANT_RUN_REQUESTED, asked.request(message, self.s.new_id, preset_id))]
         try:
-            if attached:  # queued before the message is in the outbox: it never waits for a file not queued
-                await self.store.enqueue_uploads(attached)
-            await self._submit(EventType.MESSAGE_APPENDED, message, draft_of=draft_of, draft_files=[a.sha256 for a in attached])
+            if attached:  # queued before the message is in the outbox (durable with it): it never waits for a file not queued
+                await self.store.enqueue_uploads(attached, durable=False)
+            await self._submit(
+                EventType.MESSAGE_APPENDED, message, draft_of=draft_of, draft_files=[a.sha256 for a in attached],
+                before=chat_change, after=run,
+            )  # fmt: skip
         except Exception:
             self.view.put_back(draft_of, text, self.store.draft(draft_of))  # not saved: the text goes back
             await self._files_back(draft_of, attached)
@@ -685,13 +755,12 @@ class Client:
         if attached and self.uploads is not None:
             self.uploads.kick()
         self._refused.pop(draft_of, None)
-        await self.chats.title_from_first_message(chat_id)
         await self._choose(chosen)
-        self.redraw()
+        self.redraw(chat_changed=bool(chat_change) and chat_change[0][0] is EventType.CHAT_CREATED)
         if attached:
             self._draw_composer_files()
-        if assistant != NO_ASSISTANT and not queue:
-            await self._ask(self.choice.get(assistant), message, preset_id)
+        if asked is not None and not run:
+            await self._ask(asked, message, preset_id)
 
     async def _files_sent(self, draft_of: str, data: dict[str, Any]) -> tuple[Attachment, ...]:
         """The files a message from the composer takes: the draft's (a file attached just before
@@ -1098,8 +1167,14 @@ class Client:
         draft_of: str | None = None,
         resolves: Iterable[str] = (),
         draft_files: Iterable[str] | None = None,
+        before: Iterable[tuple[EventType, Payload]] = (),
+        after: Iterable[tuple[EventType, Payload]] = (),
     ) -> None:
-        """Durable first (outbox + optimistic apply in one transaction, persisted), then the network."""
-        event = DomainEvent(event_id=self.s.new_id(), type=kind, payload=payload, created_at=self.s.now())
-        await self.store.add_local(event, draft_of=draft_of, resolves=resolves, draft_files=draft_files)
+        """Durable first (outbox + optimistic apply in one transaction, persisted), then the
+        network. ``before``, ``after``: changes that go with it, in the same transaction and
+        durable write (a Send's new chat, its run)."""
+        now = self.s.now()
+        changes = (*before, (kind, payload), *after)
+        events = [DomainEvent(event_id=self.s.new_id(), type=k, payload=p, created_at=now) for k, p in changes]
+        await self.store.add_local(*events, draft_of=draft_of, resolves=resolves, draft_files=draft_files)
         self.engine.kick()

@@ -39,11 +39,17 @@ class RemoteAssistant:
         self.name = name
 
     async def run(self, run: RunInput) -> AsyncIterator[DomainEvent]:
-        request = RunRequest(
-            run_id=run.new_id(), chat_id=run.chat_id, parent_id=run.question.id, message_id=run.new_id(), assistant_id=self.id,
-            preset_id=run.preset_id, instructions=run.instructions,
-        )  # fmt: skip
+        request = self.request(run.question, run.new_id, run.preset_id, run.instructions)
         yield DomainEvent(event_id=run.new_id(), type=EventType.ASSISTANT_RUN_REQUESTED, payload=request, created_at=run.now())
+
+    def request(
+        self, question: Message, new_id: Callable[[], str], preset_id: str | None = None, instructions: str | None = None
+    ) -> RunRequest:
+        """The server's run answering ``question`` (a Send submits it with the message)."""
+        return RunRequest(
+            run_id=new_id(), chat_id=question.chat_id, parent_id=question.id, message_id=new_id(), assistant_id=self.id,
+            preset_id=preset_id, instructions=instructions,
+        )  # fmt: skip
 
 
 class ToolAssistant:
@@ -192,17 +198,29 @@ class AssistantChoice:
         return found or RemoteAssistant(assistant_id, assistant_id)  # one the server stopped listing
 
     def image_note(self) -> str | None:
-        """Why the images in the draft will not be seen, if the chosen assistant does not read
-        them (the server's assistants that say ``vision`` do, and the model on this device when
-        it is marked as reading images; the local helper does not)."""
-        chosen = self.chosen()
-        if any(a.id == chosen and a.vision for a in self._remote()):
-            return None
-        device = self.device_model()
-        if chosen == DEVICE_MODEL_ID and device is not None and device.vision and self.make_device_model is not None:
-            return None
-        name = next((a.name for a in self.offered() if a.id == chosen), chosen)
-        return f"{name} does not read images: they are left out of what it is sent."
+        """Why the images in the draft will not be seen, if the assistant the chooser shows (a
+        preset's, for a preset) does not read them (the server's assistants that say ``vision``
+        do, and the model on this device when it is marked as reading images; the local helper
+        does not). None for No answer."""
+        return self.image_notes([self.shown()])[self.shown()]
+
+    def image_notes(self, values: list[str] | None = None) -> dict[str, str | None]:
+        """``image_note`` for each of ``values`` of the chooser (by default every one it offers:
+        the page shows the note itself before Python is up, static/early-files.js)."""
+        remote, offered, device = self._remote(), self.offered(), self.device_model()
+        if values is None:
+            values = ["", *(a.id for a in offered), *(ui.PRESET + p.id for p in self.store.presets()), self.shown()]
+        notes: dict[str, str | None] = {}
+        for value in values:
+            chosen, _ = self.resolve(value)
+            if chosen == "" or any(a.id == chosen and a.vision for a in remote):
+                notes[value] = None
+            elif chosen == DEVICE_MODEL_ID and device is not None and device.vision and self.make_device_model is not None:
+                notes[value] = None
+            else:
+                name = next((a.name for a in offered if a.id == chosen), chosen)
+                notes[value] = f"{name} does not read images: they are left out of what it is sent."
+        return notes
 
     def chosen(self) -> str:
         """The assistant this device chose last ("": No answer)."""

@@ -143,14 +143,15 @@ class Chats:
 
     # --- titles --------------------------------------------------------------------------------
 
-    async def title_from_first_message(self, chat_id: str) -> None:
-        """A chat that still has its default title is named after its first user message."""
+    def titled(self, chat_id: str, sent: str) -> Chat | None:
+        """A chat that still has its default title is named after its first user message
+        (``sent``, the text of one being sent, when it has none yet): the chat renamed, or None."""
         chat = self.store.chat(chat_id)
         if chat is None or not is_default_title(chat.title):
-            return
-        first = next((m for m in self.store.messages(chat_id) if m.role == "user"), None)
-        if first is not None and title_from(first.content) != chat.title:
-            await self.host.submit(EventType.CHAT_UPDATED, chat.model_copy(update={"title": title_from(first.content)}))
+            return None
+        first = next((m.content for m in self.store.messages(chat_id) if m.role == "user"), sent)
+        title = title_from(first)
+        return chat.model_copy(update={"title": title}) if title != chat.title else None
 
     async def on_rename_chat(self, data: dict[str, Any]) -> None:
         self.renaming, self.deleting, self.instructing = str(data["id"]), None, None

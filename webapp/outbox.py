@@ -73,18 +73,18 @@ class Outbox(Database):
     """The store's local changes (webapp/store.py: LocalStore)."""
 
     async def add_local(
-        self, event: DomainEvent, draft_of: str | None = None, resolves: Iterable[str] = (), draft_files: Iterable[str] | None = None
+        self, *events: DomainEvent, draft_of: str | None = None, resolves: Iterable[str] = (), draft_files: Iterable[str] | None = None
     ) -> None:
-        """Queue ``event`` and show it, in one transaction; returns once it is durable. In the same
-        transaction: the draft of chat ``draft_of`` is cleared (the message it became supersedes
-        it; of its files, those named by ``draft_files`` when given: the ones the message took),
-        the rejected events ``resolves`` are forgotten (it is their corrected form), and a
-        message created here is the one shown at its fork (an older choice there is dropped).
+        """Queue ``events`` and show them, in order and in one transaction (a Send's new chat and
+        its message: one durable write); returns once it is durable. In the same transaction:
+        the draft of chat ``draft_of`` is cleared (the message it became supersedes it; of its
+        files, those named by ``draft_files`` when given: the ones the message took), the
+        rejected events ``resolves`` are forgotten (it is their corrected form), and a message
+        created here is the one shown at its fork (an older choice there is dropped).
 
         The outbox coalesces changes to an entity whose events have never left the device: an
         edit rewrites the queued payload (only the latest full payload matters), and deleting an
         entity created here and never sent withdraws it, so nothing about it goes out at all."""
-        entity = event.entity_id()
         with self._transaction() as conn:
             if draft_of is not None:
                 conn.execute("DELETE FROM drafts WHERE chat_id = ?", (draft_of,))
@@ -94,35 +94,11 @@ class Outbox(Database):
                     conn.executemany(
                         "DELETE FROM draft_files WHERE chat_id = ? AND sha256 = ?", [(draft_of, sha256) for sha256 in draft_files]
                     )
-            if event.type is EventType.CHAT_DELETED:  # what this device kept about the chat goes with it
-                for table in ("drafts", "branch_choices", "rejected_events"):
-                    conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (entity,))
             conn.executemany("DELETE FROM rejected_events WHERE event_id = ?", [(e,) for e in resolves])
-            _show_new_branch(conn, event)
-            queued = conn.execute(
-                "SELECT id, body, status FROM pending_events WHERE entity_id = ? AND status <> 'sent' ORDER BY id",
-                (entity,),
-            ).fetchall()
-            unsent = bool(queued) and all(row["status"] == "pending" for row in queued)
-            first = DomainEvent.model_validate_json(queued[0]["body"]) if unsent else None
-            # (Only a run of whole payloads is rewritten: a patch among them, such as the sending
-            # of a queued message, would be lost.)
-            whole = first is not None and all(json.loads(row["body"])["type"] in UPSERTS for row in queued)
-            if first is not None and whole and event.type in UPSERTS and first.type in UPSERTS:
-                rewritten = first.model_copy(update={"payload": event.payload})
-                conn.execute("UPDATE pending_events SET body = ? WHERE id = ?", (json.dumps(rewritten.wire()), queued[0]["id"]))
-                conn.execute("DELETE FROM pending_events WHERE entity_id = ? AND id > ?", (entity, queued[0]["id"]))
-                overlay.add(conn, event)
-            elif first is not None and event.type in DELETES and first.type in CREATES:
-                conn.execute("DELETE FROM pending_events WHERE entity_id = ?", (entity,))
-                if event.type is EventType.CHAT_DELETED:  # and what was queued inside the chat
-                    for row in conn.execute("SELECT id, body FROM pending_events").fetchall():
-                        if json.loads(row["body"])["payload"].get("chatId") == entity:
-                            conn.execute("DELETE FROM pending_events WHERE id = ?", (row["id"],))
-                overlay.reapply(conn)
-            else:
-                _queue(conn, event)
-        self._saving[entity] = self._committed
+            for event in events:
+                _add(conn, event)
+        for event in events:
+            self._saving[event.entity_id()] = self._committed
         await self._durable()
 
     async def add_imported(self, events: list[DomainEvent]) -> int:
@@ -249,6 +225,38 @@ def drop_logged(conn: sqlite3.Connection, cursor: int) -> bool:
     old duplicate, or an event compacted away), so the shown state must be rebuilt."""
     dropped = conn.execute("DELETE FROM pending_events WHERE status = 'sent' AND seq <= ?", (cursor,))
     return dropped.rowcount > 0
+
+
+def _add(conn: sqlite3.Connection, event: DomainEvent) -> None:
+    """Queue ``event`` and show it (in ``Outbox.add_local``'s transaction)."""
+    entity = event.entity_id()
+    if event.type is EventType.CHAT_DELETED:  # what this device kept about the chat goes with it
+        for table in ("drafts", "branch_choices", "rejected_events"):
+            conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (entity,))
+    _show_new_branch(conn, event)
+    queued = conn.execute(
+        "SELECT id, body, status FROM pending_events WHERE entity_id = ? AND status <> 'sent' ORDER BY id",
+        (entity,),
+    ).fetchall()
+    unsent = bool(queued) and all(row["status"] == "pending" for row in queued)
+    first = DomainEvent.model_validate_json(queued[0]["body"]) if unsent else None
+    # (Only a run of whole payloads is rewritten: a patch among them, such as the sending
+    # of a queued message, would be lost.)
+    whole = first is not None and all(json.loads(row["body"])["type"] in UPSERTS for row in queued)
+    if first is not None and whole and event.type in UPSERTS and first.type in UPSERTS:
+        rewritten = first.model_copy(update={"payload": event.payload})
+        conn.execute("UPDATE pending_events SET body = ? WHERE id = ?", (json.dumps(rewritten.wire()), queued[0]["id"]))
+        conn.execute("DELETE FROM pending_events WHERE entity_id = ? AND id > ?", (entity, queued[0]["id"]))
+        overlay.add(conn, event)
+    elif first is not None and event.type in DELETES and first.type in CREATES:
+        conn.execute("DELETE FROM pending_events WHERE entity_id = ?", (entity,))
+        if event.type is EventType.CHAT_DELETED:  # and what was queued inside the chat
+            for row in conn.execute("SELECT id, body FROM pending_events").fetchall():
+                if json.loads(row["body"])["payload"].get("chatId") == entity:
+                    conn.execute("DELETE FROM pending_events WHERE id = ?", (row["id"],))
+        overlay.reapply(conn)
+    else:
+        _queue(conn, event)
 
 
 def _queue(conn: sqlite3.Connection, event: DomainEvent) -> None:

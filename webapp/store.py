@@ -180,13 +180,17 @@ class LocalStore(Outbox, Snapshots, Uploads):
         await self.save_drafts({chat_id: text})
 
     async def save_drafts(self, drafts: dict[str, str]) -> None:
-        """Each chat's draft ("": none), in one durable write."""
+        """Each chat's draft ("": none), in one durable write (none when each is what the
+        database has, and durable: the composer emptied by a Send whose message cleared it)."""
+        changed = {chat_id: text for chat_id, text in drafts.items() if self.draft(chat_id) != text}
+        if not changed and self._stored >= self._committed:
+            return
         with self._transaction() as conn:
             conn.executemany(
                 "INSERT INTO drafts VALUES (?, ?) ON CONFLICT (chat_id) DO UPDATE SET text = excluded.text",
-                [(chat_id, text) for chat_id, text in drafts.items() if text],
+                [(chat_id, text) for chat_id, text in changed.items() if text],
             )
-            conn.executemany("DELETE FROM drafts WHERE chat_id = ?", [(chat_id,) for chat_id, text in drafts.items() if not text])
+            conn.executemany("DELETE FROM drafts WHERE chat_id = ?", [(chat_id,) for chat_id, text in changed.items() if not text])
         await self._durable()
 
     def draft(self, chat_id: str) -> str:
@@ -224,6 +228,17 @@ class LocalStore(Outbox, Snapshots, Uploads):
         """The files attached in the chat's composer, in the order they were attached."""
         rows = self.conn.execute("SELECT attachment FROM draft_files WHERE chat_id = ? ORDER BY rowid", (chat_id,))
         return [Attachment.model_validate_json(r[0]) for r in rows]
+
+    def unsent_files(self) -> dict[str, int]:
+        """The files this device has not uploaded yet, by SHA-256, with their sizes: those in
+        any chat's draft, and those queued (waiting or uploading; a failed one is not counted
+        until it is tried again)."""
+        found: dict[str, int] = {}
+        for sha256, attachment in self.conn.execute("SELECT sha256, attachment FROM draft_files"):
+            found[str(sha256)] = int(json.loads(attachment).get("size", 0))
+        for sha256, size in self.conn.execute("SELECT sha256, size FROM uploads WHERE state IN ('waiting', 'uploading')"):
+            found[str(sha256)] = int(size)
+        return found
 
     # --- reads for the UI ----------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ class OfflineTransport:
     async def updates(self, *args: object) -> None:
         raise NetworkError("offline")
 
-    state = submit = live = assistants = blob_limit = blob_offset = blob_append = updates
+    state = submit = live = assistants = blob_limits = blob_offset = blob_append = updates
 
 
 class FakeAuth:
@@ -192,7 +192,7 @@ async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
 ) -> None:
     client, page = await signed_in(tmp_path)
 
-    async def disk_full(event: object, **kwargs: object) -> None:
+    async def disk_full(*events: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(client.store, "add_local", disk_full)

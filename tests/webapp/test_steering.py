@@ -28,6 +28,7 @@ from shared.models import (
 )
 from shared.models import Settings as AccountSettings
 from tests.webapp.devices import Device, T, new_id, signup
+from webapp.assistants import LOCAL_TOOLS_ID
 from webapp.database import FilePersistence
 from webapp.overlay import is_pending
 from webapp.store import LocalStore
@@ -178,7 +179,10 @@ async def test_settings_presets_and_queued_messages_reach_every_device(app: Quar
     chat = Chat(id=new_id(), title="t", created_at=T, instructions="Two of us.", preset_id=terse.id)
     await a.add(EventType.CHAT_CREATED, chat)
     first = await a.say(chat.id, "hello")
-    follow_up = queued_message(chat, "and then?")
+    # For an assistant of the devices (the local helper), which the server leaves to them: one for
+    # no assistant, ready, is sent by the server's run worker as soon as it looks, which on a
+    # loaded machine came between the two devices' syncs (and the queue then differed).
+    follow_up = queued_message(chat, "and then?").model_copy(update={"assistant_id": LOCAL_TOOLS_ID})
     await a.add(EventType.MESSAGE_APPENDED, follow_up)
     await a.sync()
     await b.sync()
