@@ -25,6 +25,7 @@ Bytes never go through the event log: a message carries references (``Attachment
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -32,19 +33,22 @@ from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from server.blobs import BlobMissing, BlobStore, HashMismatch, TooMuch, one_piece
+from server.blobs import BlobMissing, BlobStore, HashMismatch, OffsetMismatch, TooMuch, one_piece
 from server.db import Database, integer, optional_text, text
 from shared.models import format_time
 
 log = logging.getLogger(__name__)
 
 # The largest PATCH body. A chunk is stored as it comes, never held whole, so this bounds only
-# what Quart may gather of a body its upload is not taking yet (a client's first chunk is 4 MiB,
-# the next ones sized by how fast the last went: webapp/uploads.py).
+# what Quart may gather of a body its upload is not taking yet (the app sends a file of up to
+# this in one: webapp/uploads.py).
 MAX_CHUNK_BYTES = 64 * 1024 * 1024
 # How often an upload's updated_at is written while its chunks come (garbage collection drops an
 # upload untouched for the retention window, days: a minute's lag is nothing to it).
 TOUCH_SECONDS = 60.0
+# How long a request that found the upload taken by another one completing it waits for that one
+# to hold the blob (a commit or two) before it says the upload starts again.
+COMPLETING_SECONDS = 5.0
 # How long a holding no message has named yet is kept, at least, for its message to arrive.
 UNSENT_MESSAGE_SECONDS = 86400.0
 
@@ -223,6 +227,11 @@ class Attachments:
         assert held is not None and uploading is not None
         return integer(held[0]) + integer(uploading[0])
 
+    async def free_bytes(self, account_id: str) -> int:
+        """How many more bytes the account may upload: ``max_account_bytes`` less what it holds
+        and is uploading, as ``start`` counts them (never below 0)."""
+        return max(0, self.max_account_bytes - await self._account_bytes(account_id, besides=""))
+
     async def start(self, account_id: str, sha256: str, length: int) -> None:
         """Begin the account's upload of ``length`` bytes (its bytes begin in the store with the
         first append); TooLarge over a limit."""
@@ -306,12 +315,11 @@ class Attachments:
         self._seen.discard((account_id, sha256))
         self._touched.pop((account_id, sha256), None)
         try:
-            size = await self.blobs.complete(account_id, sha256)
-        except BlobMissing:  # (another request of the account completed it just now)
-            held = await self.held_size(account_id, sha256)
-            if held is None:
-                raise
-            return Progress(held, held)
+            size = await self.blobs.complete(account_id, sha256, length)
+        except (BlobMissing, OffsetMismatch):
+            # (another request of the account completed it just now; with OffsetMismatch, a
+            # third, sent before it was held, began it again)
+            return await self._completed_elsewhere(account_id, sha256, length)
         except Exception:
             await self._forget_upload(account_id, sha256)
             raise
@@ -319,6 +327,24 @@ class Attachments:
         await self._forget_upload(account_id, sha256)
         log.info("upload of %s complete (%d bytes)", sha256, size)
         return Progress(size, size)
+
+    async def _completed_elsewhere(self, account_id: str, sha256: str, length: int) -> Progress:
+        """The upload's bytes were taken by another request of the account completing it (two
+        devices sending the same file: a HEAD or PATCH of one as the other's last chunk came),
+        which then holds the blob, or forgets the upload when they were not the file: its
+        outcome, once it has one. Until the account holds the blob, this request never says it
+        does (a digest known is not a file uploaded); with no outcome (the other's process
+        stopped between the two, or its bytes were not the file), the upload starts again from
+        nothing, as after a crash."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + COMPLETING_SECONDS
+        while True:
+            held = await self.held_size(account_id, sha256)
+            if held is not None:
+                return Progress(held, held)
+            if await self._upload_length(account_id, sha256) is None or loop.time() > deadline:
+                return Progress(0, length)
+            await asyncio.sleep(0.02)
 
     async def _forget_upload(self, account_id: str, sha256: str) -> None:
         async with self.db.transaction(write=True) as tx:
@@ -348,7 +374,7 @@ class Attachments:
         if await self.held_size(account_id, sha256) is None:
             await self.blobs.discard(account_id, sha256)
             await self.blobs.append(account_id, sha256, 0, data)
-            await self.hold(account_id, sha256, await self.blobs.complete(account_id, sha256))
+            await self.hold(account_id, sha256, await self.blobs.complete(account_id, sha256, len(data)))
         return True
 
     # --- garbage collection ----------------------------------------------------------------

@@ -143,9 +143,12 @@ class BlobStore(Protocol):
         Should ``pieces`` fail meanwhile, or the caller be cancelled, what came is kept (a prefix
         of it, at least) and the failure goes on."""
 
-    async def complete(self, owner: str, sha256: str) -> int:
-        """Check the upload's SHA-256 and make it the blob; its size. ``HashMismatch`` (the
-        upload is gone) when the bytes are not the blob's; ``BlobMissing`` when there is no upload."""
+    async def complete(self, owner: str, sha256: str, size: int) -> int:
+        """Check the upload's SHA-256 and make it the blob; its size (``size``, the bytes the
+        caller saw it reach). ``HashMismatch`` (the upload is gone) when the bytes are not the
+        blob's; ``BlobMissing`` when there is no upload; ``OffsetMismatch`` (the upload left as it
+        is) when it has another count of bytes: another caller completed it meanwhile, and a
+        third began it again (its bytes are not checked: they are not the ones the caller saw)."""
 
     async def discard(self, owner: str, sha256: str) -> None:
         """Forget ``owner``'s upload of the blob, if any."""
@@ -373,19 +376,20 @@ class FileBlobStore:
         if hashed is not None:
             hashed.close()
 
-    async def complete(self, owner: str, sha256: str) -> int:
-        size = await self._in_turn(owner, sha256, lambda: self._complete(owner, sha256))
-        assert size is not None
+    async def complete(self, owner: str, sha256: str, size: int) -> int:
+        await self._in_turn(owner, sha256, lambda: self._complete(owner, sha256, size))
         return size
 
-    def _complete(self, owner: str, sha256: str) -> int:
+    def _complete(self, owner: str, sha256: str, size: int) -> None:
         part = self._part(owner, sha256)
         target = self._blob(sha256)
         with _locked_file(part, create=False) as f:
             if f is None:
                 self._forget_hashed(part)
                 raise BlobMissing(sha256)
-            size = os.fstat(f.fileno()).st_size
+            have = os.fstat(f.fileno()).st_size
+            if have != size:
+                raise OffsetMismatch(have)
             hashed = self._take_hashed(part, f)
             if hashed is not None:
                 digest = hashed.digest
@@ -402,7 +406,6 @@ class FileBlobStore:
             # garbage collection that listed the old one passes over it.)
             os.replace(part, target)
         _sync_dir(target.parent)
-        return size
 
     async def discard(self, owner: str, sha256: str) -> None:
         await self._in_turn(owner, sha256, lambda: self._discard(self._part(owner, sha256)))
@@ -763,23 +766,22 @@ class SqlBlobStore:
             del self._hashed[next(iter(self._hashed))]
 
     @staticmethod
-    async def _digest_of_rows(tx: Tx, owner: str, sha256: str) -> tuple[hashlib._Hash, int]:
-        """The SHA-256 and size of the upload's rows, read a row at a time (in ``tx``, whose lock
-        of the upload keeps appends out meanwhile)."""
+    async def _digest_of_rows(tx: Tx, owner: str, sha256: str) -> hashlib._Hash:
+        """The SHA-256 of the upload's rows, read a row at a time (in ``tx``, whose lock of the
+        upload keeps appends out meanwhile)."""
         starts = await tx.fetchall(
             "SELECT start FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start >= 0 ORDER BY start", owner, sha256
         )
-        digest, size = hashlib.sha256(), 0
+        digest = hashlib.sha256()
         for (start,) in starts:
             chunk = await tx.fetchone(
                 "SELECT data FROM blob_chunks WHERE owner = ? AND sha256 = ? AND start = ?", owner, sha256, start
             )
             assert chunk is not None and isinstance(chunk[0], bytes)
             digest.update(chunk[0])
-            size += len(chunk[0])
-        return digest, size
+        return digest
 
-    async def complete(self, owner: str, sha256: str) -> int:
+    async def complete(self, owner: str, sha256: str, size: int) -> int:
         _check(owner, sha256)
         mismatch: HashMismatch | None = None
         async with self._turns.turn(owner, sha256):
@@ -789,11 +791,15 @@ class SqlBlobStore:
                 received = await self._received(tx, owner, sha256)
                 if received is None:
                     raise BlobMissing(sha256)
+                if received != size:
+                    if hashed is not None:
+                        self._keep_hashed(owner, sha256, hashed)
+                    raise OffsetMismatch(received)
                 generation = await self._generation(tx, owner, sha256)
                 if hashed is not None and generation and hashed.generation == generation and hashed.size == received:
-                    digest, size = hashed.digest, received  # (every row stored by this process: none read again)
+                    digest = hashed.digest  # (every row stored by this process: none read again)
                 else:
-                    digest, size = await self._digest_of_rows(tx, owner, sha256)
+                    digest = await self._digest_of_rows(tx, owner, sha256)
                 if digest.hexdigest() != sha256:
                     await tx.execute("DELETE FROM blob_chunks WHERE owner = ? AND sha256 = ?", owner, sha256)
                     mismatch = HashMismatch(sha256, digest.hexdigest())

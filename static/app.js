@@ -378,7 +378,10 @@ function wireEvents() {
   });
   // The assistant chosen in the composer is remembered as soon as it is chosen.
   document.addEventListener("change", async (e) => {
-    if (e.target.matches("#assistant-choice")) send("choose-assistant", { assistant: e.target.value });
+    if (e.target.matches("#assistant-choice")) {
+      send("choose-assistant", { assistant: e.target.value });
+      earlyFiles.drawImageNote(); // (before Python is up; Python draws its own)
+    }
     if (e.target.matches("input[data-attach]")) {
       attach(e.target.files);
       e.target.value = "";
@@ -496,8 +499,14 @@ async function boot() {
     draftFiles: async () => JSON.stringify(await earlyFiles.withUrls((await pending.read()).files)),
     forgetFiles: (gone) => pending.forgetFiles(JSON.parse(gone)),
     rememberFileLimit: (bytes) => earlyFiles.rememberLimit(bytes),
+    rememberRoom: (json) => earlyFiles.rememberRoom(JSON.parse(json)),
+    rememberImageNotes: (json) => earlyFiles.rememberImageNotes(json),
     runPython,
     readPdf,
+    // A GET sent at once, its body read as soon as its headers come (not when Python, busy
+    // storing the page before, would ask for it): [status, Uint8Array].
+    fetchBytes: (url) =>
+      fetch(url, { credentials: "same-origin" }).then(async (r) => [r.status, new Uint8Array(await r.arrayBuffer())]),
   };
   globalThis.pyodide = pyodide;
   await pyodide.runPythonAsync("import webapp.browser\nchat_client = await webapp.browser.main()");

@@ -11,11 +11,17 @@
 // Once Python is up, attaching is Python's again (webapp/files.py); what the page was still
 // attaching then ends here and is handed over the same way. The largest file the server takes is
 // the one Python last learnt (kept in localStorage for this), refused here in words before
-// anything is kept; and a message takes at most MAX_FILES.
+// anything is kept; so is a file over what the account may still upload (Python keeps the room
+// it last counted, the server's Upload-Account-Free less the files it has not uploaded yet; the
+// page takes off what it attached itself since); and a message takes at most MAX_FILES. An image
+// attached while the chooser's assistant does not read images gets Python's note (Python keeps
+// the note of each value of the chooser for this).
 import * as attachments from "/static/files.js";
 import * as pending from "/static/pending.js";
 
 const LIMIT = "chat-max-file-bytes"; // localStorage: the largest file, as Python last knew it
+const ROOM = "chat-account-room"; // ...the bytes of files that may still be attached (absent: not known)
+const NOTES = "chat-image-notes"; // ...{value of the chooser: the note on images, or null}
 const DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024; // (webapp/files.py's, until the server has said)
 const MAX_FILES = 32; // per message (webapp/files.py)
 
@@ -41,6 +47,41 @@ function limit() {
   }
 }
 
+// null: not known (never online), and nothing is refused for it.
+export function rememberRoom(bytes) {
+  try {
+    if (bytes === null) localStorage.removeItem(ROOM);
+    else localStorage.setItem(ROOM, String(bytes));
+  } catch {
+    // (no storage: nothing is refused here for it; the server's 413 still is)
+  }
+}
+
+function room() {
+  try {
+    const kept = localStorage.getItem(ROOM);
+    return kept === null || !Number.isFinite(Number(kept)) ? null : Number(kept);
+  } catch {
+    return null;
+  }
+}
+
+export function rememberImageNotes(json) {
+  try {
+    localStorage.setItem(NOTES, json);
+  } catch {
+    // (no storage: no note before Python is up)
+  }
+}
+
+function imageNotes() {
+  try {
+    return JSON.parse(localStorage.getItem(NOTES) || "null");
+  } catch {
+    return null;
+  }
+}
+
 // A size as a person reads it, as webapp/files.py's size_text writes it.
 export function sizeText(size) {
   if (size < 1024) return `${size} bytes`;
@@ -61,9 +102,11 @@ function element(html) {
 }
 
 // A chip as webapp/files.py draws it (composer_files), marked as the page's (data-early).
-function chip(chat, { name, size, url, width, height }, state) {
+function chip(chat, { name, size, mime, url, width, height }, state) {
   const item = element('<li class="chip" data-early><span class="name"></span> <span class="size"></span></li>');
   item.dataset.chat = chat;
+  item.dataset.bytes = String(size);
+  item.dataset.mime = mime;
   item.querySelector(".name").textContent = name;
   item.querySelector(".size").textContent = sizeText(size);
   if (url) {
@@ -105,17 +148,56 @@ function counted() {
   return [...(byId("composer-files")?.querySelectorAll(":scope > .chip:not(.refused):not(.warning)") ?? [])];
 }
 
+// The bytes of the files the page attached itself to the draft of `chat` (Python's room, kept
+// at its last draw, counts those it had).
+function attachedHere(chat) {
+  return counted().filter((item) => item.hasAttribute("data-early") && item.dataset.chat === chat)
+    .reduce((sum, item) => sum + (Number(item.dataset.bytes) || 0), 0);
+}
+
+function isImage(item) {
+  if (item.dataset.mime !== undefined) return item.dataset.mime.startsWith("image/");
+  try {
+    return String(JSON.parse(item.dataset.attachment || "{}").mime ?? "").startsWith("image/");
+  } catch {
+    return false;
+  }
+}
+
+// The composer's note when it has an image and the chooser's assistant does not read images, in
+// Python's words (webapp/assistants.py: image_notes), drawn by the page while Python is not up.
+export function drawImageNote() {
+  const box = byId("composer-files");
+  const notes = imageNotes();
+  if (!box || !notes || host?.pythonUp()) return; // (never told: what was painted stays)
+  box.querySelectorAll(":scope > .warning").forEach((item) => item.remove());
+  const note = notes[byId("assistant-choice")?.value ?? ""];
+  if (!note || !counted().some(isImage)) return;
+  const item = element('<li class="chip warning" role="status" data-early></li>');
+  item.dataset.chat = byId("composer-text")?.dataset.chat ?? "";
+  item.textContent = note;
+  box.append(item);
+}
+
 // Files picked, dropped or pasted into the composer of `chat` while Python is not up.
 export function attach(chat, list) {
   const box = byId("composer-files");
   if (!box) return;
   box.querySelectorAll(":scope > .refused").forEach((item) => item.remove()); // (as Python: until the next attach)
   let have = counted().length;
+  const known = room();
+  let used = attachedHere(chat);
   for (const file of list) {
     const held = attachments.hold(file);
     if (held.size > limit()) {
       attachments.release(held.token);
       refuse(chat, `${held.name} is ${sizeText(held.size)}: the largest file the server takes is ${sizeText(limit())}.`);
+      continue;
+    }
+    if (known !== null && held.size > known - used) { // (as webapp/files.py's room_refusal)
+      attachments.release(held.token);
+      const left = known - used > 0 ? `only ${sizeText(known - used)}` : "no room";
+      refuse(chat, `${held.name} is ${sizeText(held.size)}: this account has ${left} left on the server for files (counting those not uploaded yet).`);
       continue;
     }
     if (have >= MAX_FILES) {
@@ -124,15 +206,17 @@ export function attach(chat, list) {
       continue;
     }
     have += 1;
+    used += held.size;
     const name = held.name.slice(0, 255) || "file";
     const url = held.type.startsWith("image/") ? attachments.previewUrl(held.token) : "";
-    const item = chip(chat, { name, size: held.size, url }, "attaching");
+    const item = chip(chat, { name, size: held.size, mime: held.type, url }, "attaching");
     box.append(item);
     const job = { chat, held: { ...held, name }, ref: null, taken: false };
     job.done = chain.then(() => kept(job, item)); // (one at a time: the draft's files in the order attached)
     chain = job.done.catch((error) => console.error("not attached", error));
     jobs.set(item, job);
   }
+  drawImageNote();
 }
 
 // Hashed, kept durably, then its reference in the draft (unless a Send took it meanwhile: the
@@ -187,6 +271,7 @@ export function remove(button) {
   if (sha256) pending.removeFile(item.dataset.chat ?? chat, sha256);
   jobs.delete(item);
   item.remove();
+  drawImageNote();
 }
 
 export function handles(button) {
@@ -216,6 +301,7 @@ export function takeForSend(chat) {
       item.remove();
     }
   }
+  drawImageNote(); // (the chips gone with the message, the note too)
   const known = taken.filter((ref) => ref && !(ref instanceof Promise));
   const all = Promise.all(taken).then((refs) => refs.filter(Boolean));
   return { files: known, waiting: known.length < taken.length, all };
@@ -233,13 +319,14 @@ export async function restore(files) {
     const python = box.querySelector(`:scope > li:not([data-early]) [data-sha256="${entry.sha256}"]`)?.closest("li");
     if (entry.removed) python?.remove();
     else if (!python && !box.querySelector(`:scope > [data-early][data-sha256="${entry.sha256}"]`)) {
-      const { sha256, name, size, width, height } = entry.attachment;
+      const { sha256, name, size, mime, width, height } = entry.attachment;
       const url = width ? await attachments.keptUrl(sha256).catch(() => "") : "";
-      const item = chip(chat, { name, size, url, width, height }, "kept");
+      const item = chip(chat, { name, size, mime, url, width, height }, "kept");
       item.dataset.sha256 = sha256;
       box.append(item);
     }
   }
+  drawImageNote();
   for (const marked of painted) {
     const img = marked.closest("li")?.querySelector("img");
     if (img?.src.startsWith("blob:")) {
@@ -253,7 +340,7 @@ export async function restore(files) {
 // the chat the composer is in, but those Python now draws itself (the same file).
 export function keepAcross(region, draw) {
   const chat = byId("composer-text")?.dataset.chat;
-  const early = [...region.querySelectorAll(":scope > [data-early]")].filter((item) => item.dataset.chat === chat);
+  const early = [...region.querySelectorAll(":scope > [data-early]:not(.warning)")].filter((item) => item.dataset.chat === chat);
   draw();
   for (const item of early) {
     const sha256 = item.dataset.sha256;

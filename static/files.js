@@ -210,6 +210,32 @@ export function uploadingSlice(sha256, offset, length) {
   return uploading.sha256 === sha256 && uploading.blob ? uploading.blob.slice(offset, offset + length) : null;
 }
 
+// An upload's request (webapp/browser.py: _blob_send): XMLHttpRequest, whose upload events say
+// how much of the body has gone (fetch says nothing of a body's progress), so a file goes in one
+// request and its progress is still drawn. onProgress (or null) is told the bytes sent so far.
+// Resolves to [status, the answer's headers as getAllResponseHeaders gives them, its text];
+// rejects, as fetch does, when the request fails.
+export function send(url, method, headers, body, onProgress) {
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open(method, url);
+    for (const [name, value] of Object.entries(headers)) request.setRequestHeader(name, value);
+    if (onProgress) request.upload.onprogress = (event) => onProgress(event.loaded);
+    const settled = () => {
+      request.upload.onprogress = null; // (none after this: Python lets go of onProgress)
+    };
+    request.onload = () => {
+      settled();
+      resolve([request.status, request.getAllResponseHeaders(), request.responseText]);
+    };
+    request.onerror = request.onabort = request.ontimeout = () => {
+      settled();
+      reject(new TypeError("the request failed"));
+    };
+    request.send(body);
+  });
+}
+
 // An object URL of what the page shows of the file (an image's thumbnail; the file itself),
 // from IndexedDB, or fetched from the server and kept there first: [url, ""], or ["", "missing"]
 // (the server does not have it: not uploaded yet), or ["", "offline"]. (Strings only: Python

@@ -211,6 +211,17 @@ def limit_problems(text: str) -> list[str]:
     return problems
 
 
+def blob_headers() -> set[str]:
+    """The tus (and our tus-style) headers /blobs reads or answers with (server/routes/blobs.py)."""
+    return set(re.findall(r'"((?:Tus|Upload)-[A-Za-z-]+)"', (SERVER / "routes/blobs.py").read_text()))
+
+
+def header_problems(text: str, expected: set[str]) -> list[str]:
+    """Each of them is named in "Attachments"."""
+    named = set(re.findall(r"`((?:Tus|Upload)-[A-Za-z-]+)", section(text, "Attachments")))
+    return [f"the header {name} is not named in Attachments" for name in sorted(expected - named)]
+
+
 def all_problems(text: str) -> list[str]:
     expected = model_shapes()
     return [
@@ -220,6 +231,7 @@ def all_problems(text: str) -> list[str]:
         *error_problems(text, error_codes(), set(openapi.ERRORS)),
         *close_problems(text, close_codes()),
         *limit_problems(text),
+        *header_problems(text, blob_headers()),
     ]
 
 
@@ -244,6 +256,7 @@ def test_the_code_side_is_read_whole() -> None:
     codes = error_codes()
     assert {(409, "username_taken"), (503, "unavailable"), (400, "bad_request"), (500, "error")} <= codes
     assert {(4410, "cursor_expired"), (4401, "unauthorized"), (4403, "forbidden"), (1001, "going_away")} <= close_codes()
+    assert {"Tus-Max-Size", "Upload-Offset", "Upload-Account-Free"} <= blob_headers()
 
 
 def test_a_model_that_gains_a_field_fails() -> None:
@@ -344,6 +357,13 @@ def test_a_close_code_missing_or_invented_fails() -> None:
 def test_a_page_size_not_the_code_s_fails() -> None:
     doctored = TEXT.replace("(default 500, at most\n  1,000)", "(default 500, at most\n  2,000)")
     assert limit_problems(doctored) == ["GET /sync/updates: limit is 500 by default, at most 1,000"]
+
+
+def test_a_blob_header_not_named_fails() -> None:
+    doctored = TEXT.replace("also `Upload-Account-Free`:", "also a figure:")
+    assert doctored != TEXT
+    assert header_problems(doctored, blob_headers()) == ["the header Upload-Account-Free is not named in Attachments"]
+    assert header_problems(TEXT, blob_headers() | {"Upload-Expires"}) == ["the header Upload-Expires is not named in Attachments"]
 
 
 # --- citations ------------------------------------------------------------------------------

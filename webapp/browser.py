@@ -26,7 +26,6 @@ from shared.models import (
     Frame,
     RunSummary,
     Session,
-    StateResponse,
     SubmitResponse,
     UpdatesResponse,
     format_time,
@@ -35,20 +34,22 @@ from shared.sse import SseDecoder
 from webapp import device_model
 from webapp.app import AuthFailed, Client, Services
 from webapp.chunks import ChunkPersistence, Writes
+from webapp.state_page import StatePage, prepare_reader, read_state_page
 from webapp.store import LocalStore
 from webapp.transport import (
     CHUNK_TYPE,
     TUS_HEADERS,
     AnyFrame,
     AssistantInfo,
+    BlobLimits,
     CursorExpiredError,
     NetworkError,
     ServerError,
     Unauthorized,
     blob_error,
+    blob_limits,
     blob_progress,
     close_error,
-    max_size,
 )
 from webapp.uploads import Chunk
 
@@ -96,10 +97,8 @@ async def _store_chunks(writes: Writes) -> None:
 UNREACHABLE = "the server could not be reached"  # (a person reads it: "Not sent yet: …")
 
 
-async def _request(method: str, path: str, body: Any = None, raw: bool = False) -> Any:
-    """One JSON request to our own origin; maps failures to the transport's exceptions. With
-    ``raw``, a successful answer is given as its bytes (for pydantic to parse as it validates,
-    without decoding them to a string first: a page of /sync/state is the biggest answer there is)."""
+async def _request(method: str, path: str, body: Any = None) -> Any:
+    """One JSON request to our own origin; maps failures to the transport's exceptions."""
     kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin"}
     if body is not None:
         kwargs["body"] = json.dumps(body)
@@ -109,36 +108,66 @@ async def _request(method: str, path: str, body: Any = None, raw: bool = False) 
         body_bytes = await response.bytes()
     except Exception:  # fetch rejects with a TypeError ("Failed to fetch") on any network failure
         raise NetworkError(UNREACHABLE) from None
-    if raw and response.status < 400:
+    return _answer(int(response.status), body_bytes)
+
+
+def _answer(status: int, body_bytes: bytes, raw: bool = False) -> Any:
+    """An answer's JSON, or its error raised as the transport's exceptions. With ``raw``, a
+    successful answer is given as its bytes (for pydantic to parse as it validates, without
+    decoding them to a string first: a page of /sync/state is the biggest answer there is)."""
+    if raw and status < 400:
         return body_bytes
     data = json.loads(body_bytes) if body_bytes else None
-    if response.status == 401:
+    if status == 401:
         raise Unauthorized((data or {}).get("message", "unauthorized"))
-    if response.status == 410:
+    if status == 410:
         raise CursorExpiredError((data or {}).get("message", "cursor_expired"))
-    if response.status >= 500:
-        raise NetworkError(f"server error {response.status}")
-    if response.status >= 400:
-        raise ServerError((data or {}).get("message", f"error {response.status}"))
+    if status >= 500:
+        raise NetworkError(f"server error {status}")
+    if status >= 400:
+        raise ServerError((data or {}).get("message", f"error {status}"))
     return data
 
 
-async def _blob_request(method: str, sha256: str, headers: dict[str, str], chunk: Any = None) -> tuple[int, dict[str, str]]:
-    """One tus request to ``/blobs/{sha256}``: its status and headers (names lowercase), an error
-    answer raised as the transport's exceptions (``blob_error``), 404 given back as it is. A
-    chunk is the Blob the page sliced from IndexedDB (PageBlobs), sent as it is."""
-    kwargs: dict[str, Any] = {"method": method, "credentials": "same-origin", "headers": {**TUS_HEADERS, **headers}}
-    if chunk is not None:
-        kwargs["body"] = to_js(chunk) if isinstance(chunk, bytes) else chunk
+async def _blob_request(method: str, sha256: str, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """One tus request with no body to ``/blobs/{sha256}``: its status and headers (names
+    lowercase), an error answer raised as the transport's exceptions (``blob_error``), 404 given
+    back as it is."""
     try:
-        response = await pyfetch(f"/blobs/{sha256}", **kwargs)
+        response = await pyfetch(f"/blobs/{sha256}", method=method, credentials="same-origin", headers={**TUS_HEADERS, **headers})
         body = await response.bytes()
     except Exception:  # fetch rejects with a TypeError ("Failed to fetch") on any network failure
         raise NetworkError(UNREACHABLE) from None
-    answer = {k.lower(): v for k, v in response.headers.items()}
-    if response.status >= 400 and response.status != 404:
-        raise blob_error(response.status, body, answer)
-    return response.status, answer
+    return _blob_answer(int(response.status), body, {k.lower(): v for k, v in response.headers.items()})
+
+
+async def _blob_send(
+    sha256: str, headers: dict[str, str], chunk: Any, progress: Callable[[int], None] | None
+) -> tuple[int, dict[str, str]]:
+    """A PATCH of ``chunk`` (the Blob the page sliced from IndexedDB: PageBlobs) to
+    ``/blobs/{sha256}``, as ``_blob_request``, sent by static/files.js (``send``: XMLHttpRequest,
+    whose upload events tell ``progress`` how much has gone; fetch tells nothing of a body)."""
+    told = None if progress is None else create_proxy(lambda sent: progress(int(sent)))
+    options = to_js({**TUS_HEADERS, **headers}, dict_converter=js.Object.fromEntries)
+    try:
+        status, raw, text = await js.chatFiles.send(f"/blobs/{sha256}", "PATCH", options, chunk, told)
+    except Exception:  # (the request failed: the page's TypeError, as fetch's)
+        raise NetworkError(UNREACHABLE) from None
+    finally:
+        if told is not None:
+            told.destroy()
+    answer = {}
+    for line in str(raw).split("\r\n"):
+        name, colon, value = line.partition(":")
+        if colon:
+            answer[name.strip().lower()] = value.strip()
+    return _blob_answer(int(status), str(text).encode(), answer)
+
+
+def _blob_answer(status: int, body: bytes, answer: dict[str, str]) -> tuple[int, dict[str, str]]:
+    if status >= 400 and status != 404:
+        raise blob_error(status, body, answer)
+    return status, answer
 
 
 class BrowserLiveSocket:
@@ -174,13 +203,23 @@ class BrowserTransport:
         data = await _request("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}")
         return UpdatesResponse.model_validate(data)
 
-    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StatePage:
         query = f"limit={limit}"
         if up_to_seq is not None:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:
             query += f"&page={js.encodeURIComponent(page)}"
-        return StateResponse.model_validate_json(await _request("GET", f"/sync/state?{query}", raw=True))
+        # Sent now, in this coroutine's first step, and its body read by the page as soon as its
+        # headers come, Python busy or not (static/app.js: fetchBytes): the sync asks for the
+        # next page and then stores this one, which holds the page's thread for ~100 ms. (Sent
+        # from a task of its own, the request went out only once that store was over.)
+        answer = js.chatHost.fetchBytes(f"/sync/state?{query}")
+        prepare_reader()  # (the first time, ~18 ms under Pyodide: made while the server answers)
+        try:
+            status, body = await answer
+        except Exception:  # (as _request)
+            raise NetworkError(UNREACHABLE) from None
+        return read_state_page(_answer(int(status), body.to_bytes(), raw=True))
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         data = await _request("POST", "/sync/events", {"events": [e.wire() for e in events]})
@@ -190,23 +229,25 @@ class BrowserTransport:
         scheme = "wss" if js.location.protocol == "https:" else "ws"
         return BrowserLiveSocket(f"{scheme}://{js.location.host}/sync/live?afterSeq={after_seq}")
 
-    async def blob_limit(self) -> int | None:
+    async def blob_limits(self) -> BlobLimits:
         try:
             response = await pyfetch("/blobs", method="OPTIONS", credentials="same-origin", headers=TUS_HEADERS)
         except Exception:  # (as _request)
             raise NetworkError(UNREACHABLE) from None
-        limit = max_size({k.lower(): v for k, v in response.headers.items()})
-        if limit is not None:  # (the page refuses a file over it itself before Python is up: static/early-files.js)
-            js.chatHost.rememberFileLimit(limit)
-        return limit
+        limits = blob_limits({k.lower(): v for k, v in response.headers.items()})
+        if limits.max_file is not None:  # (the page refuses a file over it itself before Python is up: static/early-files.js)
+            js.chatHost.rememberFileLimit(limits.max_file)
+        return limits
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         status, headers = await _blob_request("HEAD", sha256, {})
         return None if status == 404 else blob_progress(headers)
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:
+    async def blob_append(
+        self, sha256: str, offset: int, length: int, chunk: Any, progress: Callable[[int], None] | None = None
+    ) -> int:
         headers = {"Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length)}
-        status, answer = await _blob_request("PATCH", sha256, headers, chunk)
+        status, answer = await _blob_send(sha256, headers, chunk, progress)
         if status == 404:
             raise ServerError("The server has no uploads here.")
         return blob_progress(answer)[0]
@@ -427,6 +468,9 @@ async def main() -> Client:
             files=PageFiles(),
             blobs=PageBlobs(),
             freeze_heap=gc.freeze,
+            # (kept in localStorage for the screen painted before Python: static/early-files.js)
+            remember_room=lambda room: js.chatHost.rememberRoom(json.dumps(room)),
+            remember_image_notes=lambda notes: js.chatHost.rememberImageNotes(json.dumps(notes)),
         )
     )
 

@@ -121,6 +121,9 @@ class Files:
         self.shown: dict[str, Shown] = {}
         self._wanted: set[str] = set()
         self.max_file_bytes = DEFAULT_MAX_FILE_BYTES
+        # How many more bytes the account may upload, as the server last said (None: never
+        # heard; nothing is refused for it then). The server's 413 is the real guard.
+        self.account_free: int | None = None
 
     def pending(self, token: str, name: str, mime: str, size: int) -> Held:
         """A file just picked, dropped or pasted, as its chip shows it until it is attached."""
@@ -131,14 +134,18 @@ class Files:
         if self.host is not None:
             self.host.release(held.token)
 
-    async def attach(self, token: str, name: str, mime: str, size: int) -> Attachment:
+    async def attach(self, token: str, name: str, mime: str, size: int, room: int | None = None) -> Attachment:
         """Hash the held file, keep it in IndexedDB, and return its reference. Raises TooLarge
-        (with the sentence to show) over the limit, before anything is stored."""
+        (with the sentence to show) over the largest file, or over ``room`` (what the account
+        may still upload, less what this device has not uploaded yet), before anything is stored."""
         host = self.host
         assert host is not None
         if size > self.max_file_bytes:
             host.release(token)
             raise TooLarge(self.refusal(name, size))
+        if room is not None and size > room:
+            host.release(token)
+            raise TooLarge(room_refusal(name, size, room))
         try:
             sha256 = await host.digest(token)
         except Exception:  # (the page's worker could not: hashed here, a slice at a time)
@@ -223,6 +230,13 @@ def size_text(size: int) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+
+
+def room_refusal(name: str, size: int, room: int) -> str:
+    """Why a file over what the account may still upload is not attached (static/early-files.js
+    says the same)."""
+    left = f"only {size_text(room)}" if room > 0 else "no room"
+    return f"{name} is {size_text(size)}: this account has {left} left on the server for files (counting those not uploaded yet)."
 
 
 def any_image(attachments: list[Attachment]) -> bool:

@@ -166,7 +166,7 @@ class MessagePane:
     def draw_file(self, sha256: str) -> None:
         """Where a file's upload stands changed: only the drawn messages that carry it are drawn
         again, as they are now. (A whole ``draw`` asks the database a dozen questions and renders
-        every drawn message again; an upload changes this once per chunk.)"""
+        every drawn message again; an upload changes this every 250 ms as it goes.)"""
         carry = [i for i, m in {**self.rows, **self._queued}.items() if any(a.sha256 == sha256 for a in m.attachments)]
         if not carry:
             return

@@ -6,7 +6,7 @@ engine (webapp/uploads.py) uses its two blob calls, tus 1.0 core (docs/protocol.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,10 +17,10 @@ from shared.models import (
     EventFrame,
     PingFrame,
     RunSummary,
-    StateResponse,
     SubmitResponse,
     UpdatesResponse,
 )
+from webapp.state_page import StatePage
 
 
 class NetworkError(Exception):
@@ -60,10 +60,21 @@ TUS_HEADERS = {"Tus-Resumable": "1.0.0"}
 CHUNK_TYPE = "application/offset+octet-stream"
 
 
-def max_size(headers: dict[str, str]) -> int | None:
-    """The ``Tus-Max-Size`` of an answer to OPTIONS /blobs (header names lowercase)."""
-    value = headers.get("tus-max-size", "")
-    return int(value) if value.isdigit() else None
+@dataclass(frozen=True)
+class BlobLimits:
+    """What an answer to OPTIONS /blobs says: the largest file the server takes
+    (``Tus-Max-Size``), and how many more bytes the account may upload (``Upload-Account-Free``,
+    said to a session only); None where it does not say."""
+
+    max_file: int | None
+    account_free: int | None
+
+
+def blob_limits(headers: Mapping[str, str]) -> BlobLimits:
+    """The limits an answer to OPTIONS /blobs says (header names lowercase)."""
+    values = [headers.get(name, "") for name in ("tus-max-size", "upload-account-free")]
+    largest, free = (int(v) if v.isdigit() and len(v) <= 18 else None for v in values)
+    return BlobLimits(largest, free)
 
 
 def blob_error(status: int, body: bytes, headers: Mapping[str, str]) -> Exception:
@@ -129,24 +140,28 @@ class Transport(Protocol):
     async def runs(self, chat_id: str) -> list[RunSummary]:
         """GET /runs: the server-side runs of a chat."""
 
-    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
-        """GET /sync/state: one page of the snapshot at ``up_to_seq`` (None: now)."""
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StatePage:
+        """GET /sync/state: one page of the snapshot at ``up_to_seq`` (None: now), read into
+        rows (webapp/state_page.py)."""
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse: ...
 
     async def live(self, after_seq: int) -> LiveSocket: ...
 
-    async def blob_limit(self) -> int | None:
-        """OPTIONS /blobs (tus): the largest file the server takes (``Tus-Max-Size``); None when
-        it does not say."""
+    async def blob_limits(self) -> BlobLimits:
+        """OPTIONS /blobs (tus), with the session: the largest file the server takes, and what
+        the account may still upload."""
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         """HEAD /blobs/{sha256}: (offset, length) of the account's upload (equal: the server has
         the file), or None when it has neither the file nor an upload of it."""
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:
+    async def blob_append(
+        self, sha256: str, offset: int, length: int, chunk: Any, progress: Callable[[int], None] | None = None
+    ) -> int:
         """PATCH /blobs/{sha256}: ``chunk`` (a ``Chunk``'s body) at ``offset`` of a file of ``length`` bytes; the
-        server's new offset. Raises BlobOffsetMismatch (409), BlobTooLarge (413),
+        server's new offset. ``progress`` is told the bytes of the chunk sent so far, as they go
+        (where the transport can tell: the browser's). Raises BlobOffsetMismatch (409), BlobTooLarge (413),
         BlobHashMismatch (422), and the usual Unauthorized, NetworkError, ServerError."""
 
 

@@ -7,10 +7,12 @@ file (its SHA-256), so a file attached twice, or to two messages, is uploaded on
 sentence for a person, until ``retry``) or ``done``. ``UploadEngine`` works through the queue in
 the order it was written, a file at a time: HEAD says how far the server is (the server's
 offset, never the local count: a tab closed mid-chunk resumes from what the server has), then
-PATCHes send the rest from there: ``CHUNK_BYTES`` first, then chunks sized to take about
-``CHUNK_SECONDS`` at the rate the last one went (so a slow link still shows its progress every
-two seconds or so, and a fast one sends a file in two requests: each costs a round trip, the
-server's fsync of its bytes, and a turn of the page's busy event loop). Python decides; the ``BlobSource`` moves the bytes (in the browser,
+one PATCH sends the rest from there (up to ``MAX_CHUNK_BYTES``, the most the server takes in one,
+so a file over it goes in several), as tus-js-client sends a file by default: a request costs a
+round trip, the server's fsync of its bytes and a turn of the page's busy event loop, and the
+server stores a chunk as it comes, so a request cut off loses nothing it delivered. Its progress
+is the transport's (in the browser, XMLHttpRequest's upload events), drawn at most every
+``PROGRESS_DRAW_SECONDS``. Python decides; the ``BlobSource`` moves the bytes (in the browser,
 the page's IndexedDB), a chunk at a time.
 
 The network failing keeps a file waiting or uploading, tried again with backoff (offline is never
@@ -24,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,15 +44,11 @@ from webapp.transport import (
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 * 1024 * 1024  # the first PATCH's body
-# The next ones: what the last one's rate sends in CHUNK_SECONDS, within these bounds (the server
-# takes up to 64 MiB, and stores a chunk as it comes: docs/protocol.md, "Attachments").
-CHUNK_SECONDS = 2.0
-MIN_CHUNK_BYTES = 256 * 1024
+# The most one PATCH sends (the server takes up to 64 MiB: docs/protocol.md, "Attachments").
 MAX_CHUNK_BYTES = 64 * 1024 * 1024
-# How long after an upload's progress moves it is drawn (the moves meanwhile drawn once): a draw
-# between two chunks would hold the next one back (the page's thread draws, and on a busy machine
-# a draw took 170 ms); a file done, failed or waiting is drawn at once.
+# How long after an upload's progress moves it is drawn (the moves meanwhile drawn once): the
+# page's thread draws, and on a busy machine a draw took 170 ms, which a draw per progress event
+# would take from the upload; a file done, failed or waiting is drawn at once.
 PROGRESS_DRAW_SECONDS = 0.25
 # A file the server keeps refusing for another reason (a 400, a 429) is tried this many times
 # (with backoff) before it fails; the network failing never counts.
@@ -96,9 +93,10 @@ class UploadState:
     """What the UI says of an attachment this device is uploading."""
 
     state: str  # waiting | uploading | failed | done
-    percent: int  # of the bytes the server has (as this device last heard)
+    percent: int  # of the bytes sent (while a request goes, as the browser counts them; else the server's offset)
     sentence: str  # "Waiting for the connection", "Uploading 40%", "Upload failed", "Uploaded"
     error: str | None  # a failed one's reason, for a person
+    size: int = 0  # the file's, in bytes
 
 
 @dataclass(frozen=True)
@@ -112,11 +110,12 @@ class Queued:
 class Uploads(Database):
     """The store's upload queue (webapp/store.py: LocalStore)."""
 
-    async def enqueue_uploads(self, attachments: Iterable[Attachment]) -> None:
+    async def enqueue_uploads(self, attachments: Iterable[Attachment], durable: bool = True) -> None:
         """Queue the files of a message this device sends (durable on return; call it before the
-        message goes into the outbox, so no message waits for a file never queued). A file queued
-        already is not queued twice; one that failed or was done is tried again (a HEAD: a file
-        the server has is sent no more)."""
+        message goes into the outbox, so no message waits for a file never queued: with
+        ``durable`` False, the outbox's own write, next, makes both durable at once). A file
+        queued already is not queued twice; one that failed or was done is tried again (a HEAD:
+        a file the server has is sent no more)."""
         with self._transaction() as conn:
             for attachment in attachments:
                 conn.execute(
@@ -125,7 +124,8 @@ class Uploads(Database):
                     WHERE uploads.state IN ('failed', 'done')""",
                     (attachment.sha256, attachment.size),
                 )
-        await self._durable()
+        if durable:
+            await self._durable()
 
     def upload_state(self, sha256: str) -> UploadState | None:
         """What to show of the file's upload; None when this device is not uploading it."""
@@ -140,7 +140,7 @@ class Uploads(Database):
             FAILED: "Upload failed",
             DONE: "Uploaded",
         }[state]
-        return UploadState(state, percent, sentence, None if error is None else str(error))
+        return UploadState(state, percent, sentence, None if error is None else str(error), size)
 
     async def retry_upload(self, sha256: str) -> bool:
         """Put a failed upload back in the queue (from nothing: its HEAD says where the server
@@ -174,6 +174,12 @@ class Uploads(Database):
         if durable:
             await self._durable()
 
+    def note_upload_sent(self, sha256: str, sent: int) -> None:
+        """How many bytes of an upload under way have gone (not durable: as ``record_upload``
+        with ``durable`` False)."""
+        with self._transaction() as conn:
+            conn.execute("UPDATE uploads SET sent = ? WHERE sha256 = ? AND state = 'uploading'", (sent, sha256))
+
     async def persist_uploads(self) -> None:
         """Make what ``record_upload`` wrote with ``durable`` False durable."""
         await self._durable()
@@ -191,17 +197,11 @@ class Uploads(Database):
         return 0 if row is None else int(row[0])
 
 
-def next_chunk(sent: int, seconds: float) -> int:
-    """The size of the next chunk, after ``sent`` bytes went in ``seconds``."""
-    rate = sent / max(seconds, 0.001)
-    return min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, int(rate * CHUNK_SECONDS)))
-
-
 class UploadEngine:
     """Uploads the queue (``Uploads``) until signed out; a task of its own beside the sync
     engine's. ``kick()`` after queueing or retrying a file, and when the browser is online again
     (it skips the backoff wait). ``sleep`` waits out a backoff (tests pass one that returns at
-    once); by default the wait ends early on a kick. ``clock`` times the chunks (seconds)."""
+    once); by default the wait ends early on a kick."""
 
     def __init__(
         self,
@@ -212,7 +212,6 @@ class UploadEngine:
         min_backoff: float = 0.5,
         max_backoff: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -221,8 +220,8 @@ class UploadEngine:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._sleep = sleep
-        self._clock = clock
         self._drawing: dict[str, asyncio.TimerHandle] = {}  # progress to draw, by file
+        self._sent: dict[str, int] = {}  # bytes of a file's request sent, not yet written down
         self._kick = asyncio.Event()
         self.signed_out = False
 
@@ -289,21 +288,20 @@ class UploadEngine:
                 await self._record(sha256, FAILED, error=GONE if have is None else NOT_THE_FILE)
                 return True
             conflicts = 0
-            want = CHUNK_BYTES
             while True:
                 # (Not made durable: the server's offset is what counts, and after a reload its
-                # HEAD is asked again. Drawn while the chunk goes.)
+                # HEAD is asked again. Drawn while the request goes.)
                 await self._record(sha256, UPLOADING, sent=offset, durable=False, draw_later=True)
-                length = min(want, size - offset)
-                if size - offset - length < want // 2:  # (a last bit not worth a request of its own)
-                    length = min(MAX_CHUNK_BYTES, size - offset)
+                length = min(MAX_CHUNK_BYTES, size - offset)
                 chunk = await self.source.read(sha256, offset, length)
                 if chunk.size != length:
                     await self._record(sha256, FAILED, error=NOT_THE_FILE)
                     return True
-                started = self._clock()
+                def moved(sent: int, at: int = offset) -> None:
+                    self._moved(sha256, at + sent)
+
                 try:
-                    answered = await self.transport.blob_append(sha256, offset, size, chunk.body)
+                    answered = await self.transport.blob_append(sha256, offset, size, chunk.body, moved)
                 except BlobOffsetMismatch:
                     conflicts += 1
                     if conflicts > MAX_CONFLICTS:
@@ -312,7 +310,6 @@ class UploadEngine:
                     offset = 0 if progress is None else progress[0]
                 else:
                     conflicts = 0
-                    want = next_chunk(answered - offset, self._clock() - started)
                     offset = answered
                 if offset >= size:
                     await self._record(sha256, DONE, sent=size, durable=False)  # (shown at once,)
@@ -335,15 +332,27 @@ class UploadEngine:
     ) -> None:
         """Written, and drawn (``draw_later``: PROGRESS_DRAW_SECONDS later, with what else moved
         meanwhile)."""
+        self._sent.pop(sha256, None)
         await self.store.record_upload(sha256, state, sent, error, durable)
         if draw_later:
-            if sha256 not in self._drawing:
-                self._drawing[sha256] = asyncio.get_running_loop().call_later(PROGRESS_DRAW_SECONDS, self._draw, sha256)
+            self._draw_later(sha256)
             return
         if (pending := self._drawing.pop(sha256, None)) is not None:
             pending.cancel()
         self._on_change(sha256)
 
+    def _moved(self, sha256: str, sent: int) -> None:
+        """The transport's progress: ``sent`` bytes of the file have gone (written down and
+        drawn with the next draw)."""
+        self._sent[sha256] = sent
+        self._draw_later(sha256)
+
+    def _draw_later(self, sha256: str) -> None:
+        if sha256 not in self._drawing:
+            self._drawing[sha256] = asyncio.get_running_loop().call_later(PROGRESS_DRAW_SECONDS, self._draw, sha256)
+
     def _draw(self, sha256: str) -> None:
         self._drawing.pop(sha256, None)
+        if (sent := self._sent.pop(sha256, None)) is not None:
+            self.store.note_upload_sent(sha256, sent)
         self._on_change(sha256)

@@ -21,19 +21,21 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from shared.models import DomainEvent, Frame, RunSummary, StateResponse, SubmitResponse, UpdatesResponse
+from webapp.state_page import StatePage, state_page_of
 from webapp.transport import (
     CHUNK_TYPE,
     TUS_HEADERS,
     AnyFrame,
     AssistantInfo,
+    BlobLimits,
     CursorExpiredError,
     NetworkError,
     ServerError,
     Unauthorized,
     blob_error,
+    blob_limits,
     blob_progress,
     close_error,
-    max_size,
 )
 
 FRAME: TypeAdapter[Any] = TypeAdapter(Frame)
@@ -190,13 +192,21 @@ class HttpTransport:
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._json("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
 
-    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StatePage:
+        return state_page_of(await self._json("GET", self._state_path(up_to_seq, page, limit)))
+
+    async def state_models(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        """The same page as models (for the checker's record of the server's state)."""
+        return StateResponse.model_validate(await self._json("GET", self._state_path(up_to_seq, page, limit)))
+
+    @staticmethod
+    def _state_path(up_to_seq: int | None, page: str | None, limit: int) -> str:
         query = f"limit={limit}"
         if up_to_seq is not None:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:
             query += f"&page={page}"
-        return StateResponse.model_validate(await self._json("GET", f"/sync/state?{query}"))
+        return f"/sync/state?{query}"
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         response = SubmitResponse.model_validate(await self._json("POST", "/sync/events", {"events": [e.wire() for e in events]}))
@@ -208,9 +218,9 @@ class HttpTransport:
             )  # fmt: skip
         return response
 
-    async def blob_limit(self) -> int | None:
+    async def blob_limits(self) -> BlobLimits:
         response = await self._send("OPTIONS", "/blobs", headers=TUS_HEADERS)
-        return max_size({k.lower(): v for k, v in response.headers.items()})
+        return blob_limits({k.lower(): v for k, v in response.headers.items()})
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         response = await self._send("HEAD", f"/blobs/{sha256}", headers=TUS_HEADERS)
@@ -221,7 +231,9 @@ class HttpTransport:
             raise blob_error(response.status_code, response.content, headers)
         return blob_progress(headers)
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:
+    async def blob_append(
+        self, sha256: str, offset: int, length: int, chunk: Any, progress: Callable[[int], None] | None = None
+    ) -> int:
         headers = {**TUS_HEADERS, "Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length)}
         response = await self._send("PATCH", f"/blobs/{sha256}", content=bytes(chunk), headers=headers)
         answer = {k.lower(): v for k, v in response.headers.items()}

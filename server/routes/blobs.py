@@ -20,11 +20,13 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 from server.attachments import MAX_CHUNK_BYTES, LengthMismatch, LengthRequired, PastTheEnd, Progress, TooLarge
 from server.blobs import IMAGE_TYPES, SNIFF_BYTES, HashMismatch, OffsetMismatch, first_bytes, sniff
 from server.errors import ApiError
-from server.routes import Parts
+from server.routes import Parts, limit
 from shared.models import SHA256_PATTERN
 
 TUS_VERSION = "1.0.0"
 CHUNK_TYPE = "application/offset+octet-stream"
+# OPTIONS's answer to a session: the bytes its account may still upload (ours, in tus's style).
+ACCOUNT_FREE = "Upload-Account-Free"
 # What a downloaded blob may do in the browser: nothing (no script, no plugin, no form, no
 # same-origin access), whatever it is. The page's own policy is server/headers.py's; a response
 # with one of its own keeps it.
@@ -67,6 +69,19 @@ def create_blueprint(parts: Parts) -> Blueprint:
             raise ApiError(400, "bad_request", f"{name} must be a number of bytes.")
         return int(raw)
 
+    async def account_free() -> int | None:
+        """With a session: how many more bytes the account may upload, counted as an upload's
+        413 counts (what it holds and every upload it has under way); else None (OPTIONS needs
+        no session, and a session refused here only leaves the figure out)."""
+        try:
+            session = await parts.session_of(request.headers, request.cookies)
+            if session is None:
+                return None
+            limit(parts.sync_limiter, session.account_id)
+        except ApiError:
+            return None
+        return await attachments.free_bytes(session.account_id)
+
     def not_found() -> ApiError:
         # (The same answer for a blob that does not exist and one the account does not hold:
         # no account can tell whether another has a file.)
@@ -76,9 +91,10 @@ def create_blueprint(parts: Parts) -> Blueprint:
     @routes.route("/blobs/<sha256>", methods=["GET", "HEAD", "PATCH", "OPTIONS"], provide_automatic_options=False)
     async def blob(sha256: str | None = None) -> Response:
         if request.method == "OPTIONS":  # (tus: what this server speaks; no session needed)
-            return Response(
-                status=204, headers={"Tus-Version": TUS_VERSION, "Tus-Max-Size": str(attachments.max_file_bytes)}
-            )
+            headers = {"Tus-Version": TUS_VERSION, "Tus-Max-Size": str(attachments.max_file_bytes)}
+            if (free := await account_free()) is not None:
+                headers[ACCOUNT_FREE] = str(free)
+            return Response(status=204, headers=headers)
         session = await parts.require_session()
         assert sha256 is not None
         digest = digest_of(sha256)

@@ -15,7 +15,7 @@ from quart import Response, request
 
 from server.app import ChatRequest, create_app
 from server.config import Settings
-from server.tuning import decline_websocket_compression, tune_garbage_collection
+from server.tuning import answer_protocol_errors_in_json, decline_websocket_compression, tune_garbage_collection
 
 
 class BenchRequest(ChatRequest):
@@ -55,6 +55,7 @@ def main() -> None:
     config = Config()
     config.bind = [f"127.0.0.1:{port}"]
     decline_websocket_compression()
+    answer_protocol_errors_in_json()
     tune_garbage_collection()
     asyncio.run(serve(app, config))  # type: ignore[arg-type]
 

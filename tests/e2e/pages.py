@@ -81,15 +81,19 @@ def wait_for_next_start(page: Page) -> None:
     )
 
 
-def wait_until(page: Page, predicate: Callable[[], object], why: Callable[[], str] | str = "", timeout: float = 30.0) -> None:
+def wait_until(page: Page | None, predicate: Callable[[], object], why: Callable[[], str] | str = "", timeout: float = 30.0) -> None:
     """Like tests/waiting.py's until, for a condition on what Playwright's handlers (a route, a
     WebSocket's frames) record in Python: they run only while Playwright is called, so this polls
-    with short waits of Playwright's until the condition holds, and fails after ``timeout`` s."""
+    with short waits of Playwright's until the condition holds, and fails after ``timeout`` s.
+    With no page (none open: a browser killed), the waits are plain sleeps."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
-        page.wait_for_timeout(20)
+        if page is None:
+            time.sleep(0.02)
+        else:
+            page.wait_for_timeout(20)
 
 
 def at_bottom(page: Page) -> bool:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, Route, expect
 
 from tests.e2e.conftest import playwright_config
@@ -24,6 +25,7 @@ from tests.processes import Server
 
 PASSWORD = "a long password"
 TUS = {"Tus-Resumable": "1.0.0"}
+DEMO_NOTE = "Demo model (on the server) does not read images: they are left out of what it is sent."
 
 
 class Uploads:
@@ -328,3 +330,92 @@ def test_a_file_attached_before_python_is_back_after_a_reload_and_a_killed_brows
     wait_until(page, lambda: _image_shown(page, "#composer-files", "kept.png"), "the chip shows the image")
     expect(page.get_by_role("list", name="Attached files").get_by_role("listitem")).to_have_count(2)
     context.close()
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose accounts may keep 300,000 bytes of files (--max-account-bytes)."""
+    data = tmp_path_factory.mktemp("tight")
+    server = Server(f"sqlite:///{data / 'chat.db'}", data / "server.log", max_account_bytes="300000")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_an_account_near_its_total_refuses_a_file_in_words_before_python_too_and_the_image_note_shows_there(
+    contexts: Contexts, tight: Server, load: str
+) -> None:
+    """200,000 of the account's 300,000 bytes uploaded: the server says 100,000 are left
+    (Upload-Account-Free), asked again once the upload is done; a file over that is refused on
+    its chip, in words, before anything is sent, with the text kept; and so on the screen
+    painted before Python, where the page also counts the files it attached itself. An image
+    attached there while the chosen assistant does not read images gets Python's note, in
+    Python's words, gone with the image or with No answer chosen."""
+    page = _signed_up(contexts, tight)
+    uploads = Uploads(page.context)
+    box = page.get_by_role("textbox", name="Message")
+    files = page.get_by_role("list", name="Attached files")
+    messages = page.get_by_role("list", name="Messages")
+    first = uuid.uuid4().bytes * 12_500  # 200,000 bytes
+    attach(page, {"name": "first.bin", "mimeType": "application/octet-stream", "buffer": first})
+    expect(page.get_by_role("button", name="Remove first.bin")).to_be_visible()
+    box.fill("the first file")
+    box.press("Enter")
+    sent = messages.locator("li", has=page.get_by_text("the first file", exact=True))
+    expect(sent.locator("[data-upload]")).to_have_count(0, timeout=60_000)  # uploaded
+    wait_until(page, lambda: page.evaluate("() => localStorage.getItem('chat-account-room')") == "100000",
+               lambda: f"the page was told {page.evaluate('() => localStorage.getItem(`chat-account-room`)')}")  # fmt: skip
+
+    big = {"name": "big.bin", "mimeType": "application/octet-stream", "buffer": uuid.uuid4().bytes * 9375}  # 150,000 bytes
+    over = "big.bin is 146 KB: this account has only 98 KB left on the server for files (counting those not uploaded yet)."
+    box.fill("kept through a refusal")
+    attach(page, big)
+    expect(files.get_by_role("alert")).to_have_text(over)
+    expect(page.get_by_role("button", name="Remove big.bin")).to_have_count(0)
+    expect(box).to_have_value("kept through a refusal")
+
+    release = _hold_python(page.context)
+    page.reload(wait_until="domcontentloaded")
+    _painted(page)
+    box.fill("typed before Python")
+    attach(page, big)
+    expect(files.get_by_role("alert")).to_have_text(over)  # (the page's words: Python's)
+    expect(page.get_by_role("button", name="Remove big.bin")).to_have_count(0)
+    part = uuid.uuid4().bytes * 3750  # 60,000 bytes: taken, and counted
+    attach(page, {"name": "part.bin", "mimeType": "application/octet-stream", "buffer": part})
+    expect(page.get_by_role("button", name="Remove part.bin")).to_be_visible()
+    attach(page, {"name": "more.bin", "mimeType": "application/octet-stream", "buffer": uuid.uuid4().bytes * 3750})
+    expect(files.get_by_role("alert")).to_have_text(
+        "more.bin is 59 KB: this account has only 39 KB left on the server for files (counting those not uploaded yet)."
+    )
+    expect(files.get_by_role("status")).to_have_count(0)  # (no image yet)
+    picture = png(32, 24, seed=int(uuid.uuid4().int % 250))
+    attach(page, {"name": "chart.png", "mimeType": "image/png", "buffer": picture})
+    expect(files.get_by_role("status")).to_have_text(DEMO_NOTE)
+    page.get_by_role("button", name="Remove chart.png").click()
+    expect(files.get_by_role("status")).to_have_count(0)
+    attach(page, {"name": "chart.png", "mimeType": "image/png", "buffer": picture})
+    expect(files.get_by_role("status")).to_have_text(DEMO_NOTE)
+    choice = page.locator("select[name=assistant]")
+    choice.select_option("")  # No answer: nothing is left out
+    expect(files.get_by_role("status")).to_have_count(0)
+    choice.select_option("demo")
+    expect(files.get_by_role("status")).to_have_text(DEMO_NOTE)
+    expect(page.get_by_role("button", name="Remove chart.png")).to_be_visible()
+    expect(box).to_have_value("typed before Python")
+    _before_python(page)
+
+    release(page)
+    wait_until(page, lambda: _draft_files(page) == ["part.bin", "chart.png"], lambda: f"Python's draft has {_draft_files(page)}")
+    expect(files.get_by_role("status")).to_have_text(DEMO_NOTE)  # (Python's own now, once)
+    expect(box).to_have_value("typed before Python")
+    box.press("Enter")
+    sent = messages.locator("li", has=page.get_by_text("typed before Python", exact=True))
+    expect(sent).to_contain_text("part.bin")
+    for data in (part, picture):
+        digest = hashlib.sha256(data).hexdigest()
+        wait_until(page, lambda: uploads.once(digest, len(data)), lambda: f"sent: {uploads.patches.get(digest)}")  # noqa: B023
+    expect(sent.locator("[data-upload]")).to_have_count(0, timeout=60_000)
+    digests = {hashlib.sha256(data).hexdigest() for data in (first, part, picture)}
+    assert set(uploads.patches) == digests  # (nothing refused was sent)
+    page.context.close()

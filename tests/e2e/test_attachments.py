@@ -10,6 +10,7 @@ everything as a tar with the files, imported into another account, which then ho
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import os
@@ -28,10 +29,10 @@ from server.transfer import _read_tar
 from tests.e2e.contexts import Contexts
 from tests.e2e.pages import BOOT_TIMEOUT, new_chat, open_app, send, sign, signed_up, wait_for_service_worker, wait_until
 from tests.e2e.profiles import kill, launch, reopened, signed_up_in_a_profile
+from tests.e2e.slow_proxy import SlowProxy
 from tests.fake_upstream import FakeUpstream
 from tests.processes import Server
 from tests.server.test_runs_attachments import minimal_pdf
-from webapp.uploads import CHUNK_BYTES
 
 PASSWORD = "a long password"
 
@@ -343,59 +344,53 @@ def test_a_pdfs_text_is_read_in_the_page_with_no_network(contexts: Contexts, ser
 def test_an_upload_cut_by_a_killed_browser_resumes_from_the_servers_offset(
     playwright: Playwright, contexts: Contexts, server: Server, tmp_path: Path, load: str
 ) -> None:
-    """Killed with about half of a 10 MB file on the server (the next chunk held by the test,
-    never delivered), the browser opened again goes on from the server's offset: the person does not
-    pick the file again, and no byte the server had is sent twice."""
-    profile = tmp_path / "profile"
-    signed_up_in_a_profile(playwright, contexts, profile, server)
-    context, page = reopened(playwright, profile, server)
-    page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
-    data = os.urandom(10 * 1024 * 1024)
-    digest = hashlib.sha256(data).hexdigest()
-    patches: list[int] = []
-    held: list[Route] = []
+    """Killed with about half of a 10 MB file on the server (the file goes in one request, over
+    an uplink slowed to 1 MB/s by a proxy, and the server stores its body as it comes), the
+    browser opened again goes on from the server's offset: the person does not pick the file
+    again, and no byte the server had is sent twice."""
+    with SlowProxy(server.port) as proxy:
+        via = copy.copy(server)
+        via.url = proxy.url  # (the browser's origin: the proxy's)
+        profile = tmp_path / "profile"
+        signed_up_in_a_profile(playwright, contexts, profile, via)
+        context, page = reopened(playwright, profile, via)
+        page.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
+        data = os.urandom(10 * 1024 * 1024)
+        digest = hashlib.sha256(data).hexdigest()
+        before = bytes_received(server)
+        attach(page, {"name": "video.bin", "mimeType": "application/octet-stream", "buffer": data})
+        expect(page.get_by_role("button", name="Remove video.bin")).to_be_visible(timeout=30_000)
+        proxy.rate = 1_000_000
+        page.locator("textarea[name=text]").fill("the whole video")
+        page.locator("textarea[name=text]").press("Enter")
+        # Its progress as the request goes (the browser's upload events), before the server has it.
+        uploading = page.locator(".message", has_text="the whole video").get_by_text(re.compile(r"Uploading [1-9]\d*%"))
+        expect(uploading).to_be_visible(timeout=30_000)
+        wait_until(page, lambda: bytes_received(server) - before >= len(data) * 0.4, "about half the file on the server", timeout=60)
+        proxy.hold()  # (the machine goes down with its network: nothing of what it sent arrives later)
+        kill(profile, context)
+        proxy.cut()
+        wait_until(None, lambda: proxy.connections == 0, "the browser's connections cut", timeout=30)
+        half = bytes_received(server) - before
+        assert len(data) * 0.4 <= half < len(data) * 0.6, half
+        proxy.rate = None
 
-    passed = len(data) // 2 // CHUNK_BYTES  # chunks let through: about half of the file
+        context = launch(playwright, profile, via)
+        resumed: list[int] = []
 
-    def half_then_hold(route: Route) -> None:
-        if route.request.method != "PATCH":
+        def recorded(route: Route) -> None:
+            if route.request.method == "PATCH":
+                resumed.append(int(route.request.headers["upload-offset"]))
             route.continue_()
-            return
-        patches.append(int(route.request.headers["upload-offset"]))
-        if len(patches) <= passed:
-            route.continue_()
-        else:
-            held.append(route)  # never answered: the browser is killed first
 
-    context.route(f"**/blobs/{digest}", half_then_hold)
-    before = bytes_received(server)
-    attach(page, {"name": "video.bin", "mimeType": "application/octet-stream", "buffer": data})
-    expect(page.get_by_role("button", name="Remove video.bin")).to_be_visible(timeout=30_000)
-    page.locator("textarea[name=text]").fill("the whole video")
-    page.locator("textarea[name=text]").press("Enter")
-    expect(page.locator(".message", has_text="the whole video").get_by_text(re.compile(r"Uploading \d+%"))).to_be_visible()
-    wait_until(page, lambda: bool(held), "the chunk after the first half is sent", timeout=60)
-    half = passed * CHUNK_BYTES
-    assert patches[: passed + 1] == [n * CHUNK_BYTES for n in range(passed + 1)]
-    assert bytes_received(server) - before == half
-    kill(profile, context)
-
-    context = launch(playwright, profile, server)
-    resumed: list[int] = []
-
-    def recorded(route: Route) -> None:
-        if route.request.method == "PATCH":
-            resumed.append(int(route.request.headers["upload-offset"]))
-        route.continue_()
-
-    context.route(f"**/blobs/{digest}", recorded)  # (before the page opens: it uploads at once)
-    page = context.pages[0] if context.pages else context.new_page()
-    open_app(page)
-    message = page.locator(".message", has_text="the whole video")
-    expect(message.get_by_role("link", name="Download video.bin")).to_be_visible(timeout=BOOT_TIMEOUT)
-    expect(message.locator("[data-upload]")).to_have_count(0, timeout=60_000)
-    assert resumed and resumed[0] == half, resumed  # from the server's offset, not from 0
-    assert bytes_received(server) - before == len(data)  # every byte once
-    stored = page.request.get(f"/blobs/{digest}")
-    assert stored.status == 200 and hashlib.sha256(stored.body()).hexdigest() == digest
-    context.close()
+        context.route(f"**/blobs/{digest}", recorded)  # (before the page opens: it uploads at once)
+        page = context.pages[0] if context.pages else context.new_page()
+        open_app(page)
+        message = page.locator(".message", has_text="the whole video")
+        expect(message.get_by_role("link", name="Download video.bin")).to_be_visible(timeout=BOOT_TIMEOUT)
+        expect(message.locator("[data-upload]")).to_have_count(0, timeout=60_000)
+        assert len(resumed) == 1 and resumed[0] >= half, (resumed, half)  # from the server's offset, in one request
+        assert bytes_received(server) - before == len(data)  # every byte once
+        stored = page.request.get(f"/blobs/{digest}")
+        assert stored.status == 200 and hashlib.sha256(stored.body()).hexdigest() == digest
+        context.close()

@@ -86,6 +86,33 @@ async def test_options_say_what_the_server_speaks_without_a_session(client: Clie
         assert response.headers["Tus-Max-Size"] == str(64 * 1024)
 
 
+async def test_options_with_a_session_say_what_the_account_may_still_upload_as_the_413_counts(client: Client) -> None:
+    async def free(auth: dict[str, str]) -> int:
+        response = await client.options("/blobs", headers=auth)
+        assert response.status_code == 204 and response.headers["Tus-Max-Size"] == str(64 * 1024)
+        return int(response.headers["Upload-Account-Free"])
+
+    assert "Upload-Account-Free" not in (await client.options("/blobs")).headers  # (no session: not said)
+    unknown = await client.options("/blobs", headers={"Authorization": "Bearer nobody"})
+    assert unknown.status_code == 204 and "Upload-Account-Free" not in unknown.headers  # (not a 401: OPTIONS needs none)
+    auth = bearer(await signup(client))
+    assert await free(auth) == 160 * 1024
+    files = [bytes([i]) * 60 * 1024 for i in range(3)]
+    await upload(client, auth, files[0], size=30 * 1024)
+    assert await free(auth) == 100 * 1024  # what it holds
+    await patch(client, auth, files[1], 0, files[1][:1000])
+    assert await free(auth) == 40 * 1024  # and an upload under way, whole, however little of it came
+    await upload(client, auth, files[0])  # (held already: sent no more, counted once)
+    assert await free(auth) == 40 * 1024
+    # The figure is the 413's: one byte more is refused, exactly as much is taken.
+    over = b"y" * (40 * 1024 + 1)
+    assert (await patch(client, auth, over, 0, over[:1000])).status_code == 413
+    exact = b"z" * (40 * 1024)
+    assert (await patch(client, auth, exact, 0, exact[:1000])).status_code == 204
+    assert await free(auth) == 0
+    assert await free(bearer(await signup(client, "bob"))) == 160 * 1024  # (each account its own)
+
+
 async def test_an_upload_goes_chunk_by_chunk_and_head_says_how_far(client: Client, app: Quart) -> None:
     auth = bearer(await signup(client))
     digest = sha(PNG)
@@ -393,3 +420,32 @@ async def test_an_upload_whose_bytes_all_came_before_a_crash_is_checked_at_the_n
             assert await (await client.get(f"/blobs/{sha(data)}", headers=auth)).get_data() == data
         else:
             assert await attachments.blobs.received(account, sha(data)) is None
+
+
+async def test_a_head_that_finds_the_upload_completed_and_begun_again_says_what_is_held(
+    client: Client, app: Quart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A HEAD finds every byte there and checks them; just before, another device's request
+    completed the upload (and holds the blob), and a third device's chunk, sent before that,
+    began it again: the HEAD answers what the account holds, and the new upload is left alone
+    (the store is not asked to check its first chunk as the file, which discarded it, and
+    answered 404 for a blob the account holds)."""
+    attachments = app.extensions["attachments"]
+    blobs = attachments.blobs
+    session = await signup(client)
+    auth, account, digest = bearer(session), session["userId"], sha(PNG)
+    await attachments.start(account, digest, len(PNG))
+    await blobs.append(account, digest, 0, PNG)
+    real_complete = blobs.complete
+
+    async def raced(owner: str, sha256: str, size: int) -> int:
+        monkeypatch.setattr(blobs, "complete", real_complete)
+        await attachments.hold(account, digest, await real_complete(owner, sha256, size))  # (the other device's)
+        await blobs.append(account, digest, 0, PNG[:100])  # (the third's)
+        return await real_complete(owner, sha256, size)
+
+    monkeypatch.setattr(blobs, "complete", raced)
+    response = await head(client, auth, digest)
+    assert response.status_code == 200 and response.headers["Upload-Offset"] == str(len(PNG))
+    assert await blobs.received(account, digest) == 100
+    assert await (await client.get(f"/blobs/{digest}", headers=auth)).get_data() == PNG

@@ -93,7 +93,7 @@ async def test_an_upload_resumes_at_every_offset(stores: tuple[Opener, Clock]) -
         assert await later.received(owner, sha) == k
         assert await later.size(sha) is None or k > 0  # (nothing readable before a complete)
         assert await later.append(owner, sha, k, data[k:]) == len(data)
-        assert await later.complete(owner, sha) == len(data)
+        assert await later.complete(owner, sha, len(data)) == len(data)
         assert await later.received(owner, sha) is None  # the upload is the blob now
     assert await read_all(later, sha) == data
     assert await read_all(first, sha) == data  # (the other "process" sees it too)
@@ -114,7 +114,7 @@ async def test_nothing_of_an_upload_is_readable_before_it_is_complete(stores: tu
     assert await store.received(OTHER, sha) is None  # another owner has no upload of it
     await store.append(OWNER, sha, len(DATA) - 1, DATA[-1:])
     assert await store.size(sha) is None
-    await store.complete(OWNER, sha)
+    await store.complete(OWNER, sha, len(DATA))
     assert await store.size(sha) == len(DATA)
 
 
@@ -139,14 +139,14 @@ async def test_a_wrong_hash_discards_the_upload(stores: tuple[Opener, Clock]) ->
     sha = digest(DATA)
     await store.append(OWNER, sha, 0, DATA[:-1] + b"?")
     with pytest.raises(HashMismatch) as refused:
-        await store.complete(OWNER, sha)
+        await store.complete(OWNER, sha, len(DATA))
     assert refused.value.expected == sha and refused.value.actual == digest(DATA[:-1] + b"?")
     assert await store.received(OWNER, sha) is None  # gone: it starts again from 0
     assert await store.size(sha) is None and await store.blobs() == []
     with pytest.raises(BlobMissing):
-        await store.complete(OWNER, sha)
+        await store.complete(OWNER, sha, len(DATA))
     await store.append(OWNER, sha, 0, DATA)
-    assert await store.complete(OWNER, sha) == len(DATA)
+    assert await store.complete(OWNER, sha, len(DATA)) == len(DATA)
     assert await read_all(store, sha) == DATA
 
 
@@ -172,8 +172,8 @@ async def upload(store: BlobStore, owner: str, data: bytes, stop: Callable[[], A
         offset = await store.received(owner, sha) or 0
         if offset == len(data):
             try:
-                await store.complete(owner, sha)
-            except BlobMissing:  # (a racing device completed it)
+                await store.complete(owner, sha, len(data))
+            except (BlobMissing, OffsetMismatch):  # (a racing device completed it, and another began it again)
                 pass
             continue
         try:
@@ -198,7 +198,7 @@ async def test_concurrent_uploads_of_one_blob_by_two_accounts_store_it_once(stor
             offset = await store.received(owner, sha) or 0
             await store.append(owner, sha, offset, data[offset : offset + 1000])
             await asyncio.sleep(0)
-        await store.complete(owner, sha)
+        await store.complete(owner, sha, len(data))
         finished.add(owner)
 
     await asyncio.gather(account(one, OWNER), account(two, OTHER))
@@ -222,6 +222,27 @@ async def test_two_devices_racing_one_upload_through_two_processes_store_the_rig
     assert [(b.sha256, b.size) for b in await two.blobs()] == [(sha, len(data))]
 
 
+async def test_a_completion_that_finds_the_upload_begun_again_leaves_it_alone(stores: tuple[Opener, Clock]) -> None:
+    """A device saw every byte there and asks for its completion; meanwhile another device
+    completed the upload, and a third, its chunk sent before that, began it again: the first is
+    told the new upload's offset, which is neither checked nor discarded (as a loaded run of the
+    race above once found: the new upload's first chunk was hashed, and its file thrown away)."""
+    opener, _ = stores
+    one, two = await opener(), await opener()
+    sha = digest(DATA)
+    await one.append(OWNER, sha, 0, DATA)
+    assert await one.received(OWNER, sha) == len(DATA)
+    assert await two.complete(OWNER, sha, len(DATA)) == len(DATA)
+    await two.append(OWNER, sha, 0, DATA[:100])
+    with pytest.raises(OffsetMismatch) as refused:
+        await one.complete(OWNER, sha, len(DATA))
+    assert refused.value.offset == 100
+    assert await one.received(OWNER, sha) == 100 and await read_all(one, sha) == DATA
+    await one.append(OWNER, sha, 100, DATA[100:])
+    assert await one.complete(OWNER, sha, len(DATA)) == len(DATA)
+    assert [(b.sha256, b.size) for b in await two.blobs()] == [(sha, len(DATA))]
+
+
 async def test_large_chunks_and_reads_from_an_offset(stores: tuple[Opener, Clock]) -> None:
     opener, _ = stores
     store = await opener()
@@ -229,7 +250,7 @@ async def test_large_chunks_and_reads_from_an_offset(stores: tuple[Opener, Clock
     sha = digest(data)
     await store.append(OWNER, sha, 0, data[:ROW_BYTES + 7])
     await store.append(OWNER, sha, ROW_BYTES + 7, data[ROW_BYTES + 7 :])
-    assert await store.complete(OWNER, sha) == len(data)
+    assert await store.complete(OWNER, sha, len(data)) == len(data)
     assert await read_all(store, sha) == data
     for start in (1, ROW_BYTES, ROW_BYTES + 8, len(data) - 1, len(data)):
         assert await read_all(store, sha, start) == data[start:], start
@@ -241,7 +262,7 @@ async def test_an_empty_file_is_a_blob(stores: tuple[Opener, Clock]) -> None:
     store = await opener()
     sha = digest(b"")
     assert await store.begin(OWNER, sha) == 0
-    assert await store.complete(OWNER, sha) == 0
+    assert await store.complete(OWNER, sha, 0) == 0
     assert await store.size(sha) == 0 and await read_all(store, sha) == b""
 
 
@@ -251,7 +272,7 @@ async def test_delete_passes_over_a_blob_completed_since(stores: tuple[Opener, C
     old, new = DATA, DATA + b"!"
     for data in (old, new):
         await store.append(OWNER, digest(data), 0, data)
-        await store.complete(OWNER, digest(data))
+        await store.complete(OWNER, digest(data), len(data))
         clock.now += timedelta(hours=1)
     cutoff = clock.now - timedelta(minutes=90)  # after the old one, before the new one
     made = {b.sha256: b.created_at for b in await store.blobs()}
@@ -260,7 +281,7 @@ async def test_delete_passes_over_a_blob_completed_since(stores: tuple[Opener, C
     assert await store.size(digest(new)) == len(new)
     # Completed again (another account uploaded the same file): new again.
     await store.append(OTHER, digest(old), 0, old)
-    await store.complete(OTHER, digest(old))
+    await store.complete(OTHER, digest(old), len(old))
     assert await store.delete(digest(old), created_before=cutoff) is False
     clock.now += timedelta(hours=2)
     assert await store.delete(digest(old), created_before=clock.now) is True
@@ -301,13 +322,13 @@ async def test_appends_through_two_processes_in_turn_are_checked_whole(stores: t
         await last.append(OWNER, sha, 0, DATA[:100])
         await other.append(OWNER, sha, 100, DATA[100:300])
         await last.append(OWNER, sha, 300, DATA[300:])
-        assert await last.complete(OWNER, sha) == len(DATA)
+        assert await last.complete(OWNER, sha, len(DATA)) == len(DATA)
     wrong = DATA[:200] + b"?" + DATA[201:]
     await one.append(OTHER, sha, 0, wrong[:100])
     await two.append(OTHER, sha, 100, wrong[100:300])
     await one.append(OTHER, sha, 300, wrong[300:])
     with pytest.raises(HashMismatch):
-        await one.complete(OTHER, sha)
+        await one.complete(OTHER, sha, len(DATA))
 
 
 async def test_an_upload_begun_again_elsewhere_is_checked_for_its_new_bytes(stores: tuple[Opener, Clock]) -> None:
@@ -322,7 +343,7 @@ async def test_an_upload_begun_again_elsewhere_is_checked_for_its_new_bytes(stor
     await two.append(OWNER, sha, 0, b"?" * 300)
     await one.append(OWNER, sha, 300, DATA[300:])
     with pytest.raises(HashMismatch) as refused:
-        await one.complete(OWNER, sha)
+        await one.complete(OWNER, sha, len(DATA))
     assert refused.value.actual == digest(b"?" * 300 + DATA[300:])
 
 
@@ -339,11 +360,11 @@ async def test_a_file_store_completes_an_upload_of_its_own_without_reading_it_ag
     sha = digest(DATA)
     for start in range(0, len(DATA), 100):
         await store.append(OWNER, sha, start, DATA[start : start + 100])
-    assert await store.complete(OWNER, sha) == len(DATA) and reads == []
+    assert await store.complete(OWNER, sha, len(DATA)) == len(DATA) and reads == []
     again = FileBlobStore(tmp_path / "data", Clock())  # (a restart mid-upload)
     await store.append(OTHER, sha, 0, DATA[:100])
     await again.append(OTHER, sha, 100, DATA[100:])
-    assert await again.complete(OTHER, sha) == len(DATA) and reads == [len(DATA)]
+    assert await again.complete(OTHER, sha, len(DATA)) == len(DATA) and reads == [len(DATA)]
     await store.close()
     await again.close()
 
@@ -378,7 +399,7 @@ async def test_a_streamed_chunk_is_stored_as_it_comes_not_held_whole(stores: tup
 
     assert await store.append_from(OWNER, sha, 0, watched(), len(data)) == len(data)
     assert max(seen) >= 2 * ROW_BYTES  # (written while the last pieces were still to come)
-    assert await store.complete(OWNER, sha) == len(data)
+    assert await store.complete(OWNER, sha, len(data)) == len(data)
     assert await read_all(other, sha) == data
 
 
@@ -412,7 +433,7 @@ async def test_a_chunk_cut_off_keeps_what_came_and_the_upload_goes_on_from_there
     assert await later.received(OWNER, sha) == came + ROW_BYTES
     rest = came + ROW_BYTES
     assert await store.append_from(OWNER, sha, rest, pieces_of(data[rest:], 300 * 1024), len(data) - rest) == len(data)
-    assert await store.complete(OWNER, sha) == len(data)
+    assert await store.complete(OWNER, sha, len(data)) == len(data)
     assert await read_all(later, sha) == data
 
 
@@ -439,7 +460,7 @@ async def test_a_chunk_past_the_most_it_may_take_keeps_that_much(stores: tuple[O
     with pytest.raises(TooMuch):
         await store.append_from(OWNER, sha, 0, pieces_of(DATA + b"more", 100), len(DATA))
     assert await store.received(OWNER, sha) == len(DATA)
-    assert await store.complete(OWNER, sha) == len(DATA)
+    assert await store.complete(OWNER, sha, len(DATA)) == len(DATA)
     assert await read_all(store, sha) == DATA
 
 
@@ -470,14 +491,14 @@ async def test_a_sql_store_completes_an_upload_of_its_own_without_reading_its_ro
         sha = digest(data)
         for start in range(0, len(data), ROW_BYTES // 3):
             await store.append(OWNER, sha, start, data[start : start + ROW_BYTES // 3])
-        assert await store.complete(OWNER, sha) == len(data) and reads == []
+        assert await store.complete(OWNER, sha, len(data)) == len(data) and reads == []
         await store.append(OTHER, sha, 0, data[:100])  # (a restart mid-upload)
         await again.append(OTHER, sha, 100, data[100:])
-        assert await again.complete(OTHER, sha) == len(data) and len(reads) == 1
+        assert await again.complete(OTHER, sha, len(data)) == len(data) and len(reads) == 1
         await store.append(OWNER, digest(DATA), 0, DATA[:300])  # (begun again elsewhere, as long)
         await again.discard(OWNER, digest(DATA))
         await again.append(OWNER, digest(DATA), 0, DATA[:300])
         await store.append(OWNER, digest(DATA), 300, DATA[300:])
-        assert await store.complete(OWNER, digest(DATA)) == len(DATA) and len(reads) == 2
+        assert await store.complete(OWNER, digest(DATA), len(DATA)) == len(DATA) and len(reads) == 2
     finally:
         await events.close()

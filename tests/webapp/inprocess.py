@@ -34,19 +34,21 @@ from shared.models import (
     SubmitResponse,
     UpdatesResponse,
 )
+from webapp.state_page import StatePage, state_page_of
 from webapp.transport import (
     CHUNK_TYPE,
     TUS_HEADERS,
     AnyFrame,
     AssistantInfo,
+    BlobLimits,
     CursorExpiredError,
     NetworkError,
     ServerError,
     Unauthorized,
     blob_error,
+    blob_limits,
     blob_progress,
     close_error,
-    max_size,
 )
 
 FRAME: TypeAdapter[Any] = TypeAdapter(Frame)
@@ -188,23 +190,30 @@ class InProcessTransport:
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
         return UpdatesResponse.model_validate(await self._call("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
 
-    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+    async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StatePage:
+        return state_page_of(await self._call("GET", self._state_path(up_to_seq, page, limit)))
+
+    async def state_models(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StateResponse:
+        """The same page as models (what the tests compare the devices with)."""
+        return StateResponse.model_validate(await self._call("GET", self._state_path(up_to_seq, page, limit)))
+
+    def _state_path(self, up_to_seq: int | None, page: str | None, limit: int) -> str:
         query = f"limit={min(limit, self.state_limit)}"  # small pages, so paging is exercised
         if up_to_seq is not None:
             query += f"&upToSeq={up_to_seq}"
         if page is not None:
             query += f"&page={page}"
-        return StateResponse.model_validate(await self._call("GET", f"/sync/state?{query}"))
+        return f"/sync/state?{query}"
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
         body = {"events": [e.wire() for e in events]}
         return SubmitResponse.model_validate(await self._call("POST", "/sync/events", body))
 
-    async def blob_limit(self) -> int | None:
+    async def blob_limits(self) -> BlobLimits:
         if self.offline:
             raise NetworkError("offline")
-        response = await self.client.options("/blobs", headers=TUS_HEADERS)
-        return max_size({k.lower(): v for k, v in response.headers.items()})
+        response = await self.client.options("/blobs", headers={**self.headers, **TUS_HEADERS})
+        return blob_limits({k.lower(): v for k, v in response.headers.items()})
 
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:
         if self.offline:
@@ -217,13 +226,17 @@ class InProcessTransport:
             raise blob_error(response.status_code, await response.get_data(), headers)
         return blob_progress(headers)
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:  # (a Chunk's body here)
+    async def blob_append(
+        self, sha256: str, offset: int, length: int, chunk: bytes, progress: Callable[[int], None] | None = None
+    ) -> int:  # (a Chunk's body here)
         if self.offline:
             raise NetworkError("offline")
         headers = {
             **self.headers, **TUS_HEADERS, "Content-Type": CHUNK_TYPE, "Upload-Offset": str(offset), "Upload-Length": str(length),
         }  # fmt: skip
         response = await self.client.patch(f"/blobs/{sha256}", data=chunk, headers=headers)
+        if progress is not None:  # (the whole chunk went: the in-process client tells no more)
+            progress(len(chunk))
         answer = {k.lower(): v for k, v in response.headers.items()}
         if response.status_code >= 400:
             raise blob_error(response.status_code, await response.get_data(), answer)

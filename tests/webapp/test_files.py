@@ -11,6 +11,7 @@ import io
 import os
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,109 @@ async def test_the_servers_largest_file_is_learnt_online_and_kept_for_offline_st
     assert "big.bin is 1001 bytes: the largest file the server takes is 1000 bytes." in page.regions["composer-files"]
 
 
+class Remembered:
+    """What Python hands the page for its screen before Python (Services.remember_*)."""
+
+    def __init__(self) -> None:
+        self.rooms: list[int | None] = []
+        self.notes: list[dict[str, str | None]] = []
+
+
+def client_with_uploads(path: Path, disk: Disk, transport: object, remembered: Remembered) -> tuple[Client, FakePage]:
+    page = FakePage()
+    services = Services(
+        store=LocalStore(str(path), FilePersistence()), view=page, auth=FakeAuth(), transport=transport,  # type: ignore[arg-type]
+        new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T, schedule_frame=page.schedule_frame,
+        files=disk, blobs=disk, remember_room=remembered.rooms.append, remember_image_notes=remembered.notes.append,
+    )  # fmt: skip
+    return Client(services), page
+
+
+async def test_a_file_over_what_the_account_may_still_upload_is_refused_in_words_and_nothing_typed_is_lost(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The server says what the account may still upload (OPTIONS /blobs, Upload-Account-Free),
+    asked when online and once the uploads are done, never while one is under way (the server
+    counts it, and so does the client); the client takes off what it has not uploaded yet (the
+    drafts' files and those queued) and refuses a file over the rest, in words, before anything
+    is kept. The figure is kept for offline starts, and handed to the page for its screen before
+    Python."""
+    small = create_app(settings_for(database_url, max_account_bytes=10_000))
+    first, second, third = pattern(6000, seed=1), pattern(5000, seed=2), pattern(3000, seed=3)
+    async with small.test_app():
+        _, token = await new_account(small)
+        disk, remembered = Disk(), Remembered()
+        server = InProcessTransport(small.test_client(use_cookies=False), token)
+        client, page = client_with_uploads(tmp_path / "local.db", disk, server, remembered)
+        await client.dispatch("signin", {"username": "ann", "password": "right one"})
+        await client.dispatch("new-chat", {})
+        client.stop()  # (the sync and the uploads as the test says: one upload engine at a time)
+        chat = client.selected or ""
+        await attach(client, disk, pattern(20_000, seed=7), "any.bin", "application/octet-stream")  # never told: nothing refused
+        assert client.files.account_free is None and remembered.rooms[-1] is None
+        await client.dispatch("remove-file", {"sha256": sha(pattern(20_000, seed=7))})
+        await attach(client, disk, first, "first.bin", "application/octet-stream")
+        await client.dispatch("send", {"text": "the first", "chat": chat, "assistant": ""})
+        await client._learn_limits()  # (online: as the sync engine has it done) while first.bin waits to upload: not taken
+        assert client.store.setting("max_file_bytes") == str(20 * 1024 * 1024) and client.files.account_free is None
+        assert client.uploads is not None
+        assert await client.uploads.upload_all()  # first.bin uploaded: asked again, and taken
+        await until(lambda: client.files.account_free == 4000)
+        assert remembered.rooms[-1] == 4000
+
+        await client.dispatch("draft", {"text": "the report, attached", "chat": chat})
+        await attach(client, disk, second, "second.bin", "application/octet-stream")
+        refusal = "second.bin is 4.9 KB: this account has only 3.9 KB left on the server for files (counting those not uploaded yet)."
+        assert refusal in page.regions["composer-files"] and 'role="alert"' in page.regions["composer-files"]
+        assert sha(second) not in disk.kept and not disk.held and client.store.draft_files(chat) == []
+        assert client.store.draft(chat) == "the report, attached"
+        await attach(client, disk, third, "third.bin", "application/octet-stream")
+        assert [a.name for a in client.store.draft_files(chat)] == ["third.bin"] and remembered.rooms[-1] == 1000
+        await client.dispatch("send", {"text": "the third", "chat": chat, "assistant": ""})  # queued: counted still
+        await attach(client, disk, pattern(1001, seed=4), "fourth.bin", "application/octet-stream")
+        assert "fourth.bin is 1001 bytes: this account has only 1000 bytes left" in page.regions["composer-files"]
+        assert await client.uploads.upload_all()
+        await until(lambda: client.files.account_free == 1000)
+        await client.dispatch("remove-message", {"id": next(m.id for m in client.store.messages(chat) if m.content == "the third")})
+        client.store.close()
+    client, page = client_on(tmp_path / "local.db", disk)  # offline from the start: as the server last said
+    client.start()
+    await client.dispatch("select-chat", {"id": chat})
+    await attach(client, disk, pattern(1001, seed=5), "fifth.bin", "application/octet-stream")
+    assert "fifth.bin is 1001 bytes: this account has only 1000 bytes left" in page.regions["composer-files"]
+    await attach(client, disk, pattern(1000, seed=6), "sixth.bin", "application/octet-stream")
+    await attach(client, disk, b"x", "seventh.txt", "text/plain")
+    assert "seventh.txt is 1 bytes: this account has no room left" in page.regions["composer-files"]
+    assert [a.name for a in client.store.draft_files(chat)] == ["sixth.bin"]
+
+
+async def test_the_note_on_images_of_each_choice_is_handed_to_the_page(tmp_path: Path) -> None:
+    """Python's note for each value of the chooser, for the page to show before Python is up
+    (static/early-files.js): No answer none, an assistant that reads images none, a preset as its
+    assistant; handed over again when it changes."""
+    disk, remembered = Disk(), Remembered()
+    client, page = client_with_uploads(tmp_path / "local.db", disk, Listing(), remembered)
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    await client.dispatch("new-chat", {})
+    await client.choice.refresh()
+    await client.dispatch("new-preset", {})
+    preset = next(p for p in client.store.presets())
+    await client.dispatch("save-preset", {"id": preset.id, "name": "Seeing", "presetAssistant": "eyes", "instructions": "",
+                                          "temperature": "", "maxTokens": ""})  # fmt: skip
+    await attach(client, disk, PNG, "cat.png", "image/png")
+    demo = "Demo model does not read images: they are left out of what it is sent."
+    assert remembered.notes[-1] == {
+        "": None, "demo": demo, "eyes": None, "local-tools": "Local helper (offline, tools) does not read images: they are left out of what it is sent.",
+        f"preset:{preset.id}": None,
+    }  # fmt: skip
+    assert page.regions["composer-files"].count(demo) == 1  # (the words the page shows are these)
+    count = len(remembered.notes)
+    await attach(client, disk, b"text", "a.txt", "text/plain")
+    assert len(remembered.notes) == count  # (not handed over again when nothing changed)
+    await client.dispatch("choose-assistant", {"assistant": ""})
+    assert "does not read images" not in page.regions["composer-files"]  # (No answer: nothing is left out)
+
+
 async def test_an_assistant_that_does_not_read_images_is_named_before_send(tmp_path: Path) -> None:
     disk = Disk()
     client, page = await signed_in(tmp_path / "local.db", disk, Listing())
@@ -290,7 +394,6 @@ async def test_whatever_is_done_every_reference_resolves_here_and_no_file_is_upl
     """Attach, remove, send, delete a message, a killed tab, a sync, a resync and uploads in any
     order: every file the draft or a message on this device names is in its IndexedDB, and every
     byte of every file sent reaches the server once."""
-    monkeypatch.setattr(uploads, "CHUNK_BYTES", 64)
     monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64)
     _, token = await new_account(app)
     path, disk = tmp_path_factory.mktemp("device") / "local.db", Disk()
@@ -646,27 +749,37 @@ class Blobs(OfflineTransport):
     async def blob_offset(self, sha256: str) -> tuple[int, int] | None:  # type: ignore[override]
         return None
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: Any) -> int:  # type: ignore[override]
+    async def blob_append(  # type: ignore[override]
+        self, sha256: str, offset: int, length: int, chunk: Any, progress: Callable[[int], None] | None = None
+    ) -> int:
+        assert progress is not None
+        progress(len(chunk) // 2)  # (as the browser's upload events tell it: drawn after 250 ms)
+        await asyncio.sleep(0.3)
+        progress(len(chunk))
         self.have[sha256] = offset + len(chunk)
         return self.have[sha256]
 
 
-async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As it moves: not the whole list, nor the composer (a whole draw asked the database a
-    dozen questions and drew the composer's chips anew, each chunk)."""
-    monkeypatch.setattr(uploads, "CHUNK_BYTES", 1000)
-    disk, server, page = Disk(), Blobs(), FakePage()
+async def uploading_client(store: LocalStore, disk: Disk, server: Blobs, page: FakePage) -> tuple[Client, str]:
+    """A client signed in, with its files on ``disk`` and blobs sent to ``server``, and a new chat."""
     services = Services(
-        store=LocalStore(str(tmp_path / "local.db"), FilePersistence()), view=page, auth=FakeAuth(), transport=server,  # type: ignore[arg-type]
+        store=store, view=page, auth=FakeAuth(), transport=server,  # type: ignore[arg-type]
         new_id=Uuid7Generator(TICKS.__next__, os.urandom), now=lambda: T, schedule_frame=page.schedule_frame,
         files=disk, blobs=disk,
     )  # fmt: skip
     client = Client(services)
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     await client.dispatch("new-chat", {})
-    chat = client.selected or ""
+    return client, client.selected or ""
+
+
+async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As it moves: not the whole list, nor the composer (a whole draw asked the database a
+    dozen questions and drew the composer's chips anew, each time)."""
+    disk, server, page = Disk(), Blobs(), FakePage()
+    client, chat = await uploading_client(LocalStore(str(tmp_path / "local.db"), FilePersistence()), disk, server, page)
     for text in ("one", "two"):
         await client.dispatch("send", {"text": text, "chat": chat, "assistant": ""})
     data = pattern(4500, seed=3)
@@ -681,6 +794,34 @@ async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_
     assert await client.uploads.upload_all()
     assert server.have == {sha(data): 4500}
     moved = page.patches[patches:]
-    assert [list(p) for p in moved] == [[key]] * len(moved) and moved  # (its percent at most every 250 ms, then done)
+    assert [list(p) for p in moved] == [[key], [key]]  # (its percent after 250 ms, then done)
     assert page.drawn[drawn:] == []  # (the composer and the rest as they were)
     assert "data-upload" not in page.items[key] and "cat.png" in page.regions["composer-files"]
+
+
+class SeenFlushes(FilePersistence):
+    """What each write made durable: (files queued for upload, events in the outbox)."""
+
+    def __init__(self) -> None:
+        self.store: LocalStore | None = None
+        self.seen: list[tuple[int, int]] = []
+
+    async def flush(self, checkpoint: Any) -> None:
+        assert self.store is not None
+        self.seen.append((len(self.store.queued_uploads()), self.store.pending_count()))
+
+
+async def test_a_message_with_files_is_made_durable_with_its_uploads_in_one_write(tmp_path: Path) -> None:
+    """The upload queue's rows and the outbox's event are stored by one IndexedDB write (each
+    one costs the send a strict transaction in the browser, before its upload starts), the rows
+    first in it: a message never waits for a file that was not queued."""
+    disk, persistence = Disk(), SeenFlushes()
+    persistence.store = store = LocalStore(str(tmp_path / "local.db"), persistence)
+    client, chat = await uploading_client(store, disk, Blobs(), FakePage())
+    data = pattern(4500, seed=4)
+    await attach(client, disk, data, "notes.bin", "application/octet-stream")
+    before = len(persistence.seen)
+    pending = store.pending_count()
+    await client.dispatch("send", {"text": "the notes", "chat": chat, "assistant": ""})
+    assert persistence.seen[before] == (1, pending + 1)  # (the send's first write: both)
+    assert [q.sha256 for q in store.queued_uploads()] == [sha(data)]

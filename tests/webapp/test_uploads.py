@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import itertools
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def chunks_of_one_mib(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tests' files are a few chunks of 1 MiB, however fast they go (the engine's first is
-    4 MiB, and the next are sized by the rate: test_each_chunk_after_the_first_is_sized_by_the_rate_of_the_last)."""
-    monkeypatch.setattr(uploads, "CHUNK_BYTES", MiB)
+    """The tests' files are a few chunks of 1 MiB (the engine sends a file in one request up to
+    64 MiB, the most the server takes in one: test_a_file_goes_in_one_request_up_to_the_most_the_server_takes)."""
     monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", MiB)
 USERS = itertools.count(1)
 
@@ -113,8 +112,6 @@ class Network:
         self.offsets: list[int] = []
         self.heads = 0
         self.cut: list[str] = []
-        self.now = 0.0  # (the engine's clock: a chunk takes its size over the next of ``rates``, bytes a second)
-        self.rates: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -131,16 +128,16 @@ class Network:
             raise NetworkError("the answer was lost")
         return progress
 
-    async def blob_append(self, sha256: str, offset: int, length: int, chunk: bytes) -> int:
+    async def blob_append(
+        self, sha256: str, offset: int, length: int, chunk: bytes, progress: Callable[[int], None] | None = None
+    ) -> int:
         cut = self.cut.pop(0) if self.cut else None
         if cut == "request":
             raise NetworkError("the request was lost")
         self.offsets.append(offset)
-        if self.rates:
-            self.now += len(chunk) / self.rates.pop(0)
         if not self.inner.offline:
             self.received[sha256] += len(chunk)
-        new_offset = await self.inner.blob_append(sha256, offset, length, chunk)
+        new_offset = await self.inner.blob_append(sha256, offset, length, chunk, progress)
         if cut == "answer":
             raise NetworkError("the answer was lost")
         return new_offset
@@ -165,7 +162,7 @@ class Uploader:
 
     def start(self) -> None:
         self.network = network = Network(self.device.transport)
-        self.engine = UploadEngine(self.device.store, network, self.source, sleep=no_wait, clock=lambda: network.now)  # type: ignore[arg-type]
+        self.engine = UploadEngine(self.device.store, network, self.source, sleep=no_wait)  # type: ignore[arg-type]
 
     def reload(self) -> None:
         """The tab is closed and opened again: a new store on the same file, a new engine."""
@@ -202,31 +199,54 @@ async def test_a_file_goes_in_chunks_and_the_server_then_has_it_whole(app: Quart
     assert await a.download(sha(data)) == data
 
 
-async def test_each_chunk_after_the_first_is_sized_by_the_rate_of_the_last(
+async def test_a_file_goes_in_one_request_up_to_the_most_the_server_takes(
     app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """To take about CHUNK_SECONDS at the rate the last one went: a slow link shows its
-    progress every second or so, a fast one sends the rest in one request."""
-    monkeypatch.setattr(uploads, "CHUNK_SECONDS", 1.0)
+    """One PATCH (a request costs a round trip and the server's fsync), as tus-js-client sends a
+    file; its progress is the transport's, drawn as it moves (below)."""
     monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64 * MiB)
-    monkeypatch.setattr(uploads, "MIN_CHUNK_BYTES", 256 * 1024)
     _, token = await new_account(app)
     a = Uploader(app, token, tmp_path / "a.db")
     data = pattern(6 * MiB + MiB // 2)
     await a.attach(data)
-    a.network.rates = [2 * MiB, MiB / 2, 100 * 1024, 64 * MiB]
     assert await a.engine.upload_all()
-    # 1 MiB first (at 2 MiB/s: then 2 MiB), 2 MiB (at 512 KiB/s: then 512 KiB), 512 KiB (at
-    # 100 KiB/s: then the least, 256 KiB), 256 KiB (at 64 MiB/s: then all the rest).
-    assert a.network.offsets == [0, MiB, 3 * MiB, 3 * MiB + MiB // 2, 3 * MiB + 3 * MiB // 4]
-    assert a.network.received[sha(data)] == len(data)
+    assert a.network.offsets == [0] and a.source.reads == [(sha(data), 0, len(data))]
     assert await a.download(sha(data)) == data
 
 
-def test_a_chunk_is_sized_within_its_bounds() -> None:
-    assert uploads.next_chunk(MiB // 4, 1.0) == int(MiB // 4 * uploads.CHUNK_SECONDS)
-    assert uploads.next_chunk(MiB, 0.0) == uploads.MAX_CHUNK_BYTES  # (too fast to time: the most)
-    assert uploads.next_chunk(1, 60.0) == uploads.MIN_CHUNK_BYTES
+async def test_an_uploads_progress_is_the_transports_drawn_at_most_every_quarter_second(
+    app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the request has sent (the browser's upload events) is what the file says, written
+    down and drawn PROGRESS_DRAW_SECONDS after it moves, its moves meanwhile drawn once; done is
+    drawn at once."""
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64 * MiB)
+    monkeypatch.setattr(uploads, "PROGRESS_DRAW_SECONDS", 0.05)
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    data = pattern(4 * MiB)
+    await a.attach(data)
+    drawn: list[str] = []
+    a.engine = UploadEngine(a.store, a.network, a.source, on_change=lambda digest: drawn.append(a.store.upload_state(digest).sentence), sleep=no_wait)  # type: ignore[arg-type]
+    real = a.network.inner.blob_append
+
+    async def in_steps(digest: str, offset: int, length: int, chunk: bytes, progress: Callable[[int], None] | None = None) -> int:
+        assert progress is not None
+        for part in (1, 2, 3):  # (three moves at once: drawn once)
+            progress(part * MiB // 4)
+        await asyncio.sleep(0.15)
+        assert drawn == ["Uploading 18%"]  # (3/16 of the file)
+        progress(3 * MiB)
+        await asyncio.sleep(0.15)
+        answered = await real(digest, offset, length, chunk)
+        progress(4 * MiB)  # (answered at once after the last: done drawn over it)
+        return answered
+
+    a.network.inner.blob_append = in_steps  # type: ignore[method-assign]
+    assert await a.engine.upload_all()
+    assert drawn == ["Uploading 18%", "Uploading 75%", "Uploaded"]  # (the last move, then done at once)
+    await asyncio.sleep(0.15)
+    assert drawn[-1] == "Uploaded" and len(drawn) == 3  # (no late progress drawn over it)
 
 
 async def test_a_file_the_server_has_is_sent_no_more_from_another_message_or_device(app: Quart, tmp_path: Path) -> None:
@@ -289,7 +309,7 @@ async def test_a_chunk_the_server_has_from_elsewhere_is_not_sent_again(app: Quar
     await a.attach(data)
     real = a.network.inner.blob_append
 
-    async def other_tab_first(digest: str, offset: int, length: int, chunk: bytes) -> int:
+    async def other_tab_first(digest: str, offset: int, length: int, chunk: bytes, progress: object = None) -> int:
         if a.network.patches == 1:
             await real(digest, 0, length, data[:MiB])
         return await real(digest, offset, length, chunk)
@@ -441,8 +461,7 @@ STEPS = st.lists(
 async def test_whatever_the_cuts_and_reloads_each_file_reaches_the_server_once(
     app: Quart, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, sizes: list[int], steps: list[Any]
 ) -> None:
-    monkeypatch.setattr(uploads, "CHUNK_BYTES", 64)  # (small files, many chunks)
-    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64)
+    monkeypatch.setattr(uploads, "MAX_CHUNK_BYTES", 64)  # (small files, many chunks)
     _, token = await new_account(app)
     files = [pattern(size, seed=n) for n, size in enumerate(sizes)]
     a = Uploader(app, token, tmp_path_factory.mktemp("device") / "a.db")
@@ -472,3 +491,20 @@ async def test_whatever_the_cuts_and_reloads_each_file_reaches_the_server_once(
         assert received[digest] == len(files[n])  # every byte once: a resumed upload goes on from the server's offset
     assert set(received) == {sha(files[n]) for n in attached}
     a.device.store.close()
+
+
+async def test_two_devices_uploading_the_same_file_at_once_both_end_with_it_held(app: Quart, tmp_path: Path) -> None:
+    """Whichever request completes the upload, the other (a HEAD or a PATCH of the other device
+    in the same moment) is answered with the file held, never a server error: between the
+    store's completion and the account's holding of the blob, the other finds no upload."""
+    username, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    b = Uploader(app, await login(app, username), tmp_path / "b.db")
+    for seed in range(12):
+        data = pattern(MiB + MiB // 2 + seed, seed=100 + seed)
+        await a.attach(data)
+        await b.attach(data)
+        settled = await asyncio.gather(a.engine.upload_all(), b.engine.upload_all())
+        assert settled == [True, True]
+        assert a.store.upload_state(sha(data)).state == "done" and b.store.upload_state(sha(data)).state == "done"
+        assert await a.download(sha(data)) == data
