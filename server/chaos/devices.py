@@ -118,16 +118,18 @@ class EngineDevice:
 
     async def save(self, kind: str, payload: Payload, **fields: Any) -> DomainEvent:
         event = DomainEvent.model_validate({"eventId": self.new_id(), "type": kind, "payload": payload, "createdAt": now()})
-        await self.store.add_local(event)
         entity = event.entity_id()
+        # What it may be folded into (webapp/outbox.py coalesces a change into its entity's unsent
+        # events), read before: while the save waits for its flush, the engine may take that
+        # event to send, and it is no longer unsent after.
+        unsent = self.store.conn.execute(
+            "SELECT event_id FROM pending_events WHERE entity_id = ? AND status = 'pending' ORDER BY id LIMIT 1", (entity,)
+        ).fetchone()
+        await self.store.add_local(event)
         record: dict[str, Any] = {"op": "save", "device": self.name, "event": event.event_id, "type": kind, "entity": entity, **fields}
         queued = self.store.conn.execute("SELECT 1 FROM pending_events WHERE event_id = ?", (event.event_id,)).fetchone()
-        if queued is None:  # coalesced into a change not sent yet (webapp/outbox.py), or withdrawn with it
-            into = self.store.conn.execute(
-                "SELECT event_id FROM pending_events WHERE entity_id = ? AND status = 'pending' ORDER BY id LIMIT 1", (entity,)
-            ).fetchone()
-            if into is not None:
-                record["into"] = into[0]
+        if queued is None and unsent is not None:  # coalesced into a change not sent yet, or withdrawn with it
+            record["into"] = unsent[0]
         self.history.record(record)
         self.engine.kick()
         return event
