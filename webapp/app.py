@@ -185,7 +185,7 @@ class Client:
         self.engine = SyncEngine(
             self.store,
             services.transport,
-            self.redraw,
+            self._redraw_soon,
             self._status,
             on_delta=self._on_delta,
             on_online=self._on_online,
@@ -226,6 +226,7 @@ class Client:
         self._signin: SignIn | None = None  # a sign-in waiting for the user to give up unsent changes
         self._layout = False  # the chats are on screen (else the page is a sign-in form)
         self._warming = False  # the warm-up has begun (once per page)
+        self._redraw_asked = False  # a redraw is asked for the next frame (_redraw_soon)
 
     # --- from the sync engine ---------------------------------------------------------------------
 
@@ -377,9 +378,22 @@ class Client:
             # The chats stay on screen and writable (changes wait in the outbox), beside a sign-in.
             self.view.set_html("session", ui.session_ended(account.username))
 
+    def _redraw_soon(self) -> None:
+        """What the sync engine changed, drawn at the next frame, once for every change before it:
+        in the browser a task of its own, apart from the engine's work on the change."""
+        if not self._redraw_asked:
+            self._redraw_asked = True
+            self.s.schedule_frame(self._redraw_frame)
+
+    def _redraw_frame(self) -> None:
+        self._redraw_asked = False
+        if self._layout:  # (not when the page has become a sign-in since)
+            self.redraw()
+
     def redraw(self, chat_changed: bool = False) -> None:
         """Draw what the database holds now: the chat list, and the open chat (opened anew when it
-        changed: its title, the composer's chat and draft, its messages from the latest)."""
+        changed: its title, the composer's chat and draft, its messages from the latest). The
+        messages of a chat left open are drawn at the next frame (MessagePane.draw_soon)."""
         listed = self.store.listed()
         chats = [chat for chat, _ in listed]
         if all(c.id != self.selected for c in chats):  # none chosen yet, or it was deleted
@@ -391,7 +405,7 @@ class Client:
             self._open_chat(next((c for c in chats if c.id == self.selected), None))
         else:
             self.chats.draw_head(next((c for c in chats if c.id == self.selected), None))
-            self.pane.draw()
+            self.pane.draw_soon()
         if self.selected is not None:
             self.choice.draw()  # (the chat's preset, as this device or another chose it)
             self._send_local_follow_up(self.selected)

@@ -71,6 +71,7 @@ class MessagePane:
         self._reasons: dict[str, Message] = {}  # a failed reply's id -> the error message saying why
         self._delivery: dict[str, Delivery] = {}
         self._dirty: set[str] = set()
+        self._whole = False  # a whole draw is asked for the next frame (draw_soon)
         self._frame_asked = False
         self.expanded: set[str] = set()  # answers whose "Instructions used" are shown
         self._paused = False  # the open chat's queue waits for Send now (a Stop or a failure)
@@ -103,7 +104,16 @@ class MessagePane:
         self.window += WINDOW
         self.draw()
 
+    def draw_soon(self) -> None:
+        """``draw`` at the next animation frame, once however often it is asked for before: in
+        the browser a task of its own, apart from the change that asked for it (a Send's, a
+        page of the log's), so that neither makes a long task of both."""
+        self._whole = True
+        self._ask_frame()
+
     def draw(self, opened: bool = False) -> None:
+        self._whole = False
+        self._dirty.clear()  # (every drawn reply is drawn as it is now)
         path = self.path()
         shown = path[-self.window :]
         if self._order and not opened:  # a new message is added below; the ones above stay for a while
@@ -198,12 +208,18 @@ class MessagePane:
         """A reply's text so far: drawn at the next animation frame."""
         self.streaming[reply_id] = text
         self._dirty.add(reply_id)
+        self._ask_frame()
+
+    def _ask_frame(self) -> None:
         if not self._frame_asked:
             self._frame_asked = True
             self._schedule_frame(self._frame)
 
     def _frame(self) -> None:
         self._frame_asked = False
+        if self._whole:
+            self.draw()
+            return
         dirty, self._dirty = self._dirty, set()
         changed: dict[str, str] = {}
         streams: dict[str, tuple[int, str]] = {}

@@ -181,6 +181,7 @@ async def test_a_reply_from_a_model_on_this_device_streams_stops_and_is_ended_af
     [why] = [m for m in reloaded.store.messages(ended.chat_id) if m.parent_id == reply_id]
     assert (why.role, why.content) == ("error", "the page was closed or reloaded while this answer was being written")
     reloaded.redraw()
+    view.paint()
     assert "The assistant could not answer: the page was closed or reloaded while this answer was being written." in view.messages
 
 

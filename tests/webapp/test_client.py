@@ -127,6 +127,7 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
     assert "New chat" in page.regions["chat-list"] and 'class="chat-item selected pending"' in page.regions["chat-list"]
     assert '<option value="demo" selected>' in page.regions["assistant-choice"]  # the assistant every server has
     await client.dispatch("send", {"text": "  hello <b>world</b>  ", "assistant": "demo"})
+    page.paint()
     assert "<p>hello &lt;b&gt;world&lt;/b&gt;</p>" in page.messages  # Markdown, its HTML escaped
     assert 'class="message user pending"' in page.messages
     assert "Saved on this device, not sent yet" in page.messages
@@ -255,6 +256,7 @@ async def test_edit_and_withdraw_a_message_before_it_is_sent(tmp_path: Path) -> 
     client, page = await signed_in(tmp_path)
     await client.dispatch("send", {"text": "frist", "assistant": ""})
     [message] = client.store.messages(client.selected or "")
+    page.paint()
     assert 'data-action="edit-message"' in page.messages and 'aria-label="Withdraw"' in page.messages
 
     await client.dispatch("edit-message", {"id": message.id})
@@ -290,6 +292,7 @@ async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_item_changes(
     _, question, reply = client.store.messages(client.selected or "")
     assert reply.status == "queued" and reply.parent_id == question.id and reply.run_id
     seq = await confirm_outbox(client)
+    page.paint()
     earlier_key, question_key = f"m-{client.store.messages(client.selected or '')[0].id}", f"m-{question.id}"
     since = len(page.patches)
 
@@ -297,6 +300,7 @@ async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_item_changes(
     streaming = reply.model_copy(update={"status": "streaming", "content": ""})
     await client.store.apply_remote([logged(client, seq + 1, EventType.MESSAGE_EDITED, streaming)])
     client.redraw()
+    page.paint()
     patches = len(page.patches)
     text = ""
     for i in range(50):
@@ -314,17 +318,20 @@ async def test_a_reply_grows_from_deltas_once_a_frame_and_only_its_item_changes(
     checkpoint = streaming.model_copy(update={"content": text + "and more"})
     await client.store.apply_remote([logged(client, seq + 2, EventType.MESSAGE_EDITED, checkpoint)])
     client.redraw()
+    page.paint()
     assert f"{text}and more" in page.messages and client.pane.streaming == {}
 
     await client.dispatch("stop-run", {"id": reply.id})
     [stop] = [p.event for p in client.store.outbox()]
     assert stop.type == "AssistantRunCancelled" and stop.payload.message_id == reply.id  # type: ignore[union-attr]
+    page.paint()
     assert "Stopped." in page.messages and ">Retry<" in page.messages
     await client.dispatch("retry-run", {"id": reply.id})
     retry = [p.event for p in client.store.outbox()][-1]
     assert isinstance(retry, DomainEvent) and retry.type == "AssistantRunRequested"
     assert retry.payload.parent_id == question.id and retry.payload.message_id != reply.id  # type: ignore[union-attr]
     # The retry is a branch beside the stopped reply, and it is the one shown.
+    page.paint()
     assert f"m-{retry.payload.message_id}" in page.items and f"m-{reply.id}" not in page.items  # type: ignore[union-attr]
     assert ">2 / 2<" in page.messages
 
@@ -375,12 +382,14 @@ async def test_regenerate_and_edit_make_branches_and_the_model_gets_the_shown_pa
     assert [t.content for t in model.asked[2]] == ["first question"]
     a1b = client.store.messages(chat)[-1]
     assert a1b.parent_id == q1.id and a1b.content == "answer 3"
+    page.paint()
     assert list(page.items) == [f"m-{q1.id}", f"m-{a1b.id}"] and ">2 / 2<" in page.messages
     await client.dispatch("send", {"text": "third question", "assistant": DEVICE_MODEL_ID})
     assert [t.content for t in model.asked[3]] == ["first question", "answer 3", "third question"]
 
     # Previous branch: the first answer and what followed it, as this device remembers across a reload.
     await client.dispatch("show-branch", {"fork": q1.id, "id": a1.id})
+    page.paint()
     assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2, a2)] and ">1 / 2<" in page.messages
     client.store.close()
     client, page, _ = make_client(tmp_path, model)
@@ -395,8 +404,10 @@ async def test_regenerate_and_edit_make_branches_and_the_model_gets_the_shown_pa
     assert q2b.parent_id == a1.id and q2b.content == "second, better" and a2b.parent_id == q2b.id
     assert [t.content for t in model.asked[-1]] == ["first question", "answer 1", "second, better"]
     assert client.store.message(q2.id) == q2  # unchanged
+    page.paint()
     assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2b, a2b)]
     await client.dispatch("show-branch", {"fork": a1.id, "id": q2.id})
+    page.paint()
     assert list(page.items) == [f"m-{m.id}" for m in (q1, a1, q2, a2)]
 
 
@@ -405,6 +416,7 @@ async def test_a_long_chat_draws_its_latest_messages_and_more_on_demand(tmp_path
     chat = client.selected or ""
     for i in range(WINDOW + 10):
         await client.dispatch("send", {"text": f"message {i}", "assistant": ""})
+        page.paint()  # (the browser's next frame: each Send's messages are drawn in it)
     # While it is open, new messages are added below and those above stay (nothing moves)...
     assert len(page.items) == WINDOW + 10 and "<p>message 0</p>" in page.messages
     # ...opened again, it draws its latest messages, and more on demand.
@@ -454,10 +466,12 @@ async def test_a_message_drawn_by_another_action_before_it_is_durable_says_savin
     sending = asyncio.ensure_future(client.dispatch("send", {"text": "two", "assistant": ""}))
     await until(lambda: [m.content for m in client.store.messages(client.selected or "")] == ["one", "two"])
     client.redraw()  # another action draws the chat: "two" is committed, not durable
+    page.paint()
     [two] = [m for m in client.store.messages(client.selected or "") if m.content == "two"]
     assert 'data-state="saving"' in page.item(two.id) and "Saving on this device…" in page.item(two.id)
     held.set()
     await sending
+    page.paint()
     assert 'data-state="pending"' in page.item(two.id) and "Saved on this device" in page.item(two.id)
 
 

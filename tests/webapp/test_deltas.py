@@ -60,6 +60,7 @@ async def test_a_catch_up_delta_shows_the_text_so_far_and_later_deltas_follow_it
     final = checkpoint.model_copy(update={"status": "completed", "content": "One two three four five six seven."})
     await client.store.apply_remote([logged(client, seq + 2, EventType.MESSAGE_EDITED, final)])
     client.redraw()
+    page.paint()
     assert client.pane.streaming == {} and "seven." in page.messages
     delta(0, "One two three four five six seven. And a late delta")  # the run has ended: ignored
     page.paint()

@@ -347,6 +347,7 @@ async def test_a_message_takes_the_drafts_files_and_queues_them_before_it_is_in_
     assert [a.name for a in message.attachments] == ["cat.png"] and message.content == ""
     assert client.store.draft_files(chat) == [] and page.regions["composer-files"] == ""
     assert client.store.upload_state(sha(PNG)).sentence == "Waiting for the connection"  # type: ignore[union-attr]
+    page.paint()
     [item] = page.items.values()
     assert 'aria-label="Open cat.png"' in item and "Waiting for the connection" in item
 
@@ -788,6 +789,7 @@ async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_
     await attach(client, disk, PNG, "cat.png", "image/png")  # (a chip in the composer meanwhile)
     [carrier] = [m for m in client.store.messages(chat) if m.attachments]
     key = f"m-{carrier.id}"
+    page.paint()
     assert "Waiting for the connection" in page.items[key]
     patches, drawn = len(page.patches), len(page.drawn)
     assert client.uploads is not None

@@ -27,6 +27,7 @@ async def test_an_ended_session_keeps_the_chats_writable_and_the_same_user_resum
     assert "Your session has ended" in page.regions["session"] and 'value="ann"' in page.regions["session"]
     assert page.regions["root"] is layout  # the chats stay on screen
     await client.dispatch("send", {"text": "written while signed out", "assistant": ""})
+    page.paint()
     assert "written while signed out" in page.messages
 
     auth.accept = False

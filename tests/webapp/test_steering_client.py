@@ -129,6 +129,7 @@ async def test_a_model_on_this_device_is_given_the_system_message_records_it_and
     [reply] = [m for m in client.store.messages(chat) if m.role == "assistant"]
     assert (reply.content, reply.instructions, reply.preset_id, reply.finish_reason) == ("w0 w1 w2", system, preset.id, "length")
     assert reply.usage is not None and (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (3, 3)
+    page.paint()
     html = page.item(reply.id)
     assert "Cut at the length limit." in html and 'data-action="continue-run"' in html and "3 + 3 tokens" in html
     assert ">Instructions used</button>" in html and 'aria-expanded="false"' in html and "About Lyon" not in html
@@ -163,12 +164,14 @@ async def test_a_stopped_answer_of_the_server_offers_continue(tmp_path: Path) ->
     [request] = sent(client, EventType.ASSISTANT_RUN_REQUESTED)
     assert isinstance(request, RunRequest)
     await client.dispatch("stop-run", {"id": request.message_id})
+    page.paint()
     html = page.item(request.message_id)
     assert "Stopped." in html and ">Continue<" in html and ">Retry<" in html
     await client.dispatch("continue-run", {"id": request.message_id})
     [go_on] = sent(client, EventType.ASSISTANT_RUN_CONTINUED)
     assert isinstance(go_on, RunContinue) and (go_on.message_id, go_on.assistant_id) == (request.message_id, "demo")
     reopened = client.store.message(request.message_id)
+    page.paint()
     assert reopened is not None and reopened.status == "queued" and ">Stop<" in page.item(request.message_id)
 
 
@@ -184,6 +187,7 @@ async def test_sending_during_an_answer_queues_in_order_and_a_stop_pauses_the_qu
     assert [m.content for m in queued] == [f"then {i}" for i in range(MAX_QUEUED)]
     assert all((m.status, m.assistant_id) == ("queued", "demo") for m in queued)
     assert len(sent(client, EventType.ASSISTANT_RUN_REQUESTED)) == 1  # (asked when they are sent)
+    page.paint()
     keys = list(page.items)
     assert keys[-MAX_QUEUED:] == [f"m-{m.id}" for m in queued]  # under the answer, in order
     first = page.item(queued[0].id)
@@ -200,16 +204,19 @@ async def test_sending_during_an_answer_queues_in_order_and_a_stop_pauses_the_qu
 
     # Stop: the queue waits, and says so.
     await client.dispatch("stop-run", {"id": request.message_id})
+    page.paint()
     bar = page.items["queue"]
     assert f"{MAX_QUEUED - 1} queued — " in bar and ">Send now<" in bar and ">Clear<" in bar
     assert "Queued: waiting" in page.item(queued[0].id)
     await client.dispatch("send-queued-now", {})
     [send] = sent(client, EventType.QUEUED_MESSAGE_SENT)
     assert isinstance(send, QueuedSend) and (send.message_id, send.parent_id, send.assistant_id) == (queued[0].id, request.message_id, "demo")
+    page.paint()
     assert send.run_id is not None and "queue" not in page.items  # (an answer is being written again)
     assert [step.id for step in client.store.shown_path(chat)][-2:] == [queued[0].id, send.reply_id]
     await client.dispatch("stop-run", {"id": send.reply_id})
     await client.dispatch("clear-queue", {})
+    page.paint()
     assert client.store.queued(chat) == [] and "queue" not in page.items
 
 
