@@ -187,6 +187,11 @@ class BrowserLiveSocket:
             raise close_error(int(a), str(b))
         return FRAME.validate_json(str(a))
 
+    def ready(self) -> AnyFrame | None:
+        if self._queue.empty() or self._queue._queue[0][0] == "close":  # type: ignore[attr-defined]
+            return None
+        return FRAME.validate_json(str(self._queue.get_nowait()[1]))
+
     async def close(self) -> None:
         if self._ws.readyState < 2:
             self._ws.close()

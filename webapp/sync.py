@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from shared.models import CaughtUpFrame, DeltaFrame, EventFrame
+from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, LoggedEvent
 from webapp.snapshots import SnapshotProgress
 from webapp.state_page import StatePage
 from webapp.store import LocalStore
 from webapp.transport import (
+    AnyFrame,
     CursorExpiredError,
     LiveSocket,
     NetworkError,
@@ -277,6 +278,42 @@ class SyncEngine:
                 if await self.store.record_results(response.results):
                     self._on_change()
 
+    async def _take(self, frames: list[AnyFrame], caught_up: bool) -> bool:
+        """Live frames, in order: their events applied together (a duplicate skipped; after
+        ``caughtUp``, a gap fetched by a pull), then their deltas (each says where its text
+        goes, so one older than the events is only ignored). Returns whether caught up."""
+        events: list[LoggedEvent] = []
+        deltas: list[DeltaFrame] = []
+        last = self.store.last_seq()
+        for frame in frames:
+            if isinstance(frame, EventFrame):
+                seq = frame.event.seq
+                if seq <= last:
+                    continue  # a duplicate
+                if caught_up and seq > last + 1:
+                    await self._apply_live(events)
+                    events = []
+                    await self.pull()  # a gap: fetch the missing range, then go on
+                    last = self.store.last_seq()
+                    continue
+                events.append(frame.event)
+                last = seq
+            elif isinstance(frame, DeltaFrame):
+                deltas.append(frame)
+            elif isinstance(frame, CaughtUpFrame):
+                await self._apply_live(events, frame.seq)
+                events = []
+                caught_up = True
+                self.kick()
+        await self._apply_live(events)
+        for delta in deltas:
+            self._on_delta(delta)
+        return caught_up
+
+    async def _apply_live(self, events: list[LoggedEvent], current_seq: int | None = None) -> None:
+        if (events or current_seq is not None) and await self.store.apply_remote(events, current_seq):
+            self._on_change()
+
     async def _follow_live(self) -> None:
         socket = self._socket = await self.transport.live(self.store.last_seq())
         caught_up = False
@@ -284,25 +321,14 @@ class SyncEngine:
             while True:
                 try:
                     async with asyncio.timeout(LIVE_SILENCE_SECONDS):
-                        frame = await socket.receive()
+                        frames = [await socket.receive()]
                 except TimeoutError:
                     raise NetworkError("the live socket went silent") from None
-                if isinstance(frame, EventFrame):
-                    seq, last = frame.event.seq, self.store.last_seq()
-                    if seq <= last:
-                        continue  # a duplicate
-                    if caught_up and seq > last + 1:
-                        await self.pull()  # a gap: fetch the missing range, then go on
-                        continue
-                    if await self.store.apply_remote([frame.event]):
-                        self._on_change()
-                elif isinstance(frame, DeltaFrame):
-                    self._on_delta(frame)
-                elif isinstance(frame, CaughtUpFrame):
-                    caught_up = True
-                    if await self.store.apply_remote([], frame.seq):
-                        self._on_change()
-                    self.kick()
+                # With the frames that have come meanwhile (a busy page falls behind a stream):
+                # their events are applied together, in one transaction and one flush.
+                while not isinstance(frames[-1], CaughtUpFrame) and (more := socket.ready()) is not None:
+                    frames.append(more)
+                caught_up = await self._take(frames, caught_up)
         except CursorExpiredError:
             await self.resync()
         finally:

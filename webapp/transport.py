@@ -128,6 +128,10 @@ class LiveSocket(Protocol):
     async def receive(self) -> AnyFrame:
         """The next frame; raises NetworkError, Unauthorized or CursorExpiredError when closed."""
 
+    def ready(self) -> AnyFrame | None:
+        """The next frame if it has come already, without waiting; else None (and for the
+        socket's end, which ``receive`` raises)."""
+
     async def close(self) -> None: ...
 
 

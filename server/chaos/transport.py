@@ -58,16 +58,36 @@ class ChaosSocket:
         self.caught_up: int | None = None
         self.seqs: list[int] = []
         self.closed = False
+        self._next: asyncio.Task[str | bytes] | None = None  # the frame asked for (ready: has it come?)
 
     async def receive(self) -> AnyFrame:
         if self.closed:
             raise NetworkError("closed")
+        if self._next is None:
+            self._next = asyncio.ensure_future(self.ws.recv())
         try:
-            text = await self.ws.recv()
+            text = await self._next  # (a timeout cancels the recv with the wait: websockets allows it)
         except ConnectionClosed as e:
             self._note()
             code = e.rcvd.code if e.rcvd is not None else 1006
             raise close_error(code, e.rcvd.reason if e.rcvd is not None else "") from None
+        finally:
+            if self._next is not None and self._next.done():
+                self._next = None
+        return self._delivered(text)
+
+    def ready(self) -> AnyFrame | None:
+        """The next frame if it has come (asked for here, so that the next call can tell)."""
+        if self.closed:
+            return None
+        if self._next is None:
+            self._next = asyncio.ensure_future(self.ws.recv())
+        if not self._next.done() or self._next.cancelled() or self._next.exception() is not None:
+            return None  # (not yet; or the socket's end, which receive raises)
+        text, self._next = self._next.result(), None
+        return self._delivered(text)
+
+    def _delivered(self, text: str | bytes) -> AnyFrame:
         frame: AnyFrame = FRAME.validate_json(text)
         if frame.type == "caughtUp":
             self.caught_up = frame.seq
@@ -88,6 +108,8 @@ class ChaosSocket:
 
     async def close(self) -> None:
         self._note()
+        if self._next is not None:
+            self._next.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(), 2)
 

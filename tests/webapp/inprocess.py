@@ -93,6 +93,12 @@ class InProcessSocket:
         frame: AnyFrame = FRAME.validate_json(item)
         return frame
 
+    def ready(self) -> AnyFrame | None:
+        if self._queue.empty() or isinstance(self._queue._queue[0], Exception):  # type: ignore[attr-defined]
+            return None
+        frame: AnyFrame = FRAME.validate_json(self._queue.get_nowait())
+        return frame
+
     async def close(self) -> None:
         if self.closed:
             return

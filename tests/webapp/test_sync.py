@@ -214,6 +214,40 @@ async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_o
             await socket.close()
 
 
+async def test_live_frames_that_came_while_the_page_was_busy_are_applied_in_one_flush(app: Quart, tmp_path: Path) -> None:
+    """A busy page falls behind a stream: the event frames waiting for it are applied together,
+    one transaction and one flush (each flush a wait on IndexedDB), not one each."""
+    token = await signup(app)
+    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
+    chat = await b.new_chat()
+    await b.sync()
+    applied: list[int] = []
+    apply_remote = a.store.apply_remote
+
+    async def counted(events: Any, current_seq: int | None = None) -> int:
+        applied.append(len(events))
+        return await apply_remote(events, current_seq)
+
+    a.store.apply_remote = counted  # type: ignore[method-assign]
+    run = asyncio.ensure_future(a.engine.run())
+    try:
+        await until(lambda: a.engine.status is Status.ONLINE and a.store.last_seq() == 1, "a never caught up")
+        a.transport.hold_frames = True
+        for i in range(5):
+            await b.say(chat, f"m{i}")
+        await b.sync()
+        await until(lambda: len(a.transport.held_frames) == 5, "the frames never came")
+        applied.clear()
+        a.transport.release_frames([0, 1, 2, 3, 4])  # (all at once, as a page busy for a while finds them)
+        await until(lambda: [t for t, _ in shown(a)] == [f"m{i}" for i in range(5)], lambda: shown(a))
+        assert applied == [5]
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        for socket in a.transport.sockets:
+            await socket.close()
+
+
 async def test_an_unexpected_error_in_a_push_does_not_stop_the_pushes(app: Quart, tmp_path: Path) -> None:
     """The live socket stays up while pushes fail for a reason of ours: the next change is sent
     all the same, and the one that failed with it."""
@@ -282,6 +316,9 @@ async def test_a_cancelled_engine_stops_even_when_a_frame_arrives_at_that_moment
         async def receive(self) -> Any:
             arrivals.append(asyncio.get_running_loop().create_future())
             return await arrivals[-1]
+
+        def ready(self) -> None:
+            return None
 
         async def close(self) -> None:
             pass
