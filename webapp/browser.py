@@ -188,9 +188,13 @@ class BrowserLiveSocket:
         return FRAME.validate_json(str(a))
 
     def ready(self) -> AnyFrame | None:
-        if self._queue.empty() or self._queue._queue[0][0] == "close":  # type: ignore[attr-defined]
+        if self._queue.empty():
             return None
-        return FRAME.validate_json(str(self._queue.get_nowait()[1]))
+        kind, a, b = self._queue.get_nowait()
+        if kind == "close":
+            self._queue.put_nowait((kind, a, b))  # (the socket's last word: receive raises it)
+            return None
+        return FRAME.validate_json(str(a))
 
     async def close(self) -> None:
         if self._ws.readyState < 2:

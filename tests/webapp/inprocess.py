@@ -94,9 +94,13 @@ class InProcessSocket:
         return frame
 
     def ready(self) -> AnyFrame | None:
-        if self._queue.empty() or isinstance(self._queue._queue[0], Exception):  # type: ignore[attr-defined]
+        if self._queue.empty():
             return None
-        frame: AnyFrame = FRAME.validate_json(self._queue.get_nowait())
+        item = self._queue.get_nowait()
+        if isinstance(item, Exception):
+            self._queue.put_nowait(item)  # (the socket's last word: receive raises it)
+            return None
+        frame: AnyFrame = FRAME.validate_json(item)
         return frame
 
     async def close(self) -> None:
