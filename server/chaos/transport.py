@@ -63,10 +63,8 @@ class ChaosSocket:
     async def receive(self) -> AnyFrame:
         if self.closed:
             raise NetworkError("closed")
-        if self._next is None:
-            self._next = asyncio.ensure_future(self.ws.recv())
         try:
-            text = await self._next  # (a timeout cancels the recv with the wait: websockets allows it)
+            text = await self._asked()  # (a timeout cancels the recv with the wait: websockets allows it)
         except ConnectionClosed as e:
             self._note()
             code = e.rcvd.code if e.rcvd is not None else 1006
@@ -80,12 +78,17 @@ class ChaosSocket:
         """The next frame if it has come (asked for here, so that the next call can tell)."""
         if self.closed:
             return None
+        asked = self._asked()
+        if not asked.done() or asked.cancelled() or asked.exception() is not None:
+            return None  # (not yet; or the socket's end, which receive raises)
+        self._next = None
+        return self._delivered(asked.result())
+
+    def _asked(self) -> asyncio.Task[str | bytes]:
+        """The next frame, asked for once."""
         if self._next is None:
             self._next = asyncio.ensure_future(self.ws.recv())
-        if not self._next.done() or self._next.cancelled() or self._next.exception() is not None:
-            return None  # (not yet; or the socket's end, which receive raises)
-        text, self._next = self._next.result(), None
-        return self._delivered(text)
+        return self._next
 
     def _delivered(self, text: str | bytes) -> AnyFrame:
         frame: AnyFrame = FRAME.validate_json(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -181,16 +182,29 @@ async def test_the_engine_follows_the_live_socket(app: Quart, tmp_path: Path) ->
                 await socket.close()
 
 
-async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_once(app: Quart, tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def following_live(app: Quart, tmp_path: Path) -> AsyncIterator[tuple[Device, Device, str]]:
+    """(a, b, b's chat): a's engine running, caught up with b's chat and following the live
+    socket, whose event frames it holds (``hold_frames``); stopped after."""
     token = await signup(app)
     a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
     chat = await b.new_chat()
     await b.sync()
     run = asyncio.ensure_future(a.engine.run())
-    texts = lambda: [t for t, _ in shown(a)]  # noqa: E731
     try:
         await until(lambda: a.engine.status is Status.ONLINE and a.store.last_seq() == 1, "a never caught up")
         a.transport.hold_frames = True
+        yield a, b, chat
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        for socket in a.transport.sockets:
+            await socket.close()
+
+
+async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_once(app: Quart, tmp_path: Path) -> None:
+    async with following_live(app, tmp_path) as (a, b, chat):
+        texts = lambda: [t for t, _ in shown(a)]  # noqa: E731
         for i in range(4):
             await b.say(chat, f"m{i}")
         await b.sync()
@@ -207,45 +221,28 @@ async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_o
         await until(lambda: texts() == ["m0", "m1", "m2", "m3", "m4", "m5"], texts)
         assert a.store.last_seq() == 7
         assert a.store.confirmed() == await server_state(a)
-    finally:
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        for socket in a.transport.sockets:
-            await socket.close()
 
 
 async def test_live_frames_that_came_while_the_page_was_busy_are_applied_in_one_flush(app: Quart, tmp_path: Path) -> None:
     """A busy page falls behind a stream: the event frames waiting for it are applied together,
     one transaction and one flush (each flush a wait on IndexedDB), not one each."""
-    token = await signup(app)
-    a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
-    chat = await b.new_chat()
-    await b.sync()
-    applied: list[int] = []
-    apply_remote = a.store.apply_remote
+    async with following_live(app, tmp_path) as (a, b, chat):
+        applied: list[int] = []
+        apply_remote = a.store.apply_remote
 
-    async def counted(events: Any, current_seq: int | None = None) -> int:
-        applied.append(len(events))
-        return await apply_remote(events, current_seq)
+        async def counted(events: Any, current_seq: int | None = None) -> int:
+            applied.append(len(events))
+            return await apply_remote(events, current_seq)
 
-    a.store.apply_remote = counted  # type: ignore[method-assign]
-    run = asyncio.ensure_future(a.engine.run())
-    try:
-        await until(lambda: a.engine.status is Status.ONLINE and a.store.last_seq() == 1, "a never caught up")
-        a.transport.hold_frames = True
+        a.store.apply_remote = counted  # type: ignore[method-assign]
         for i in range(5):
             await b.say(chat, f"m{i}")
         await b.sync()
         await until(lambda: len(a.transport.held_frames) == 5, "the frames never came")
-        applied.clear()
+        applied.clear()  # (a caughtUp applied meanwhile is not what is counted)
         a.transport.release_frames([0, 1, 2, 3, 4])  # (all at once, as a page busy for a while finds them)
         await until(lambda: [t for t, _ in shown(a)] == [f"m{i}" for i in range(5)], lambda: shown(a))
         assert applied == [5]
-    finally:
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        for socket in a.transport.sockets:
-            await socket.close()
 
 
 async def test_an_unexpected_error_in_a_push_does_not_stop_the_pushes(app: Quart, tmp_path: Path) -> None:
