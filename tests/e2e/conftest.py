@@ -36,7 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    return {**browser_type_launch_args, **playwright_config.LAUNCH_ARGS}
+    return {**browser_type_launch_args, **playwright_config.SUITE_LAUNCH_ARGS}
 
 
 @pytest.fixture(scope="session")

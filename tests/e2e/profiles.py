@@ -16,7 +16,7 @@ from tests.processes import Server
 
 
 def launch(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
-    return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.LAUNCH_ARGS)  # type: ignore[arg-type]
+    return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **playwright_config.SUITE_LAUNCH_ARGS)  # type: ignore[arg-type]
 
 
 def kill(profile: Path, context: BrowserContext) -> None:

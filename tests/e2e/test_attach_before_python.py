@@ -275,7 +275,7 @@ def test_the_drafts_files_painted_from_the_cache_show_and_go_with_a_send_before_
 def _launch(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
     """The browser on its profile, its service worker blocked (the test holds Python back)."""
     return playwright.chromium.launch_persistent_context(
-        str(profile), base_url=server.url, service_workers="block", **playwright_config.LAUNCH_ARGS
+        str(profile), base_url=server.url, service_workers="block", **playwright_config.SUITE_LAUNCH_ARGS
     )
 
 

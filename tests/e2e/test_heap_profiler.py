@@ -33,12 +33,12 @@ FORCED = (
 def _profiler_on(playwright: Playwright, profile: Path, server: Server) -> BrowserContext:
     """The suite's browser, but for its --disable-features (Playwright's own only: the last one
     given is the one Chromium takes) and the profiler forced on."""
-    args = [a for a in playwright_config.LAUNCH_ARGS["args"] if not a.startswith("--disable-features=")]
+    args = [a for a in playwright_config.SUITE_LAUNCH_ARGS["args"] if not a.startswith("--disable-features=")]
     args += [
         "--disable-features=" + ",".join(playwright_config.PLAYWRIGHT_DISABLED_FEATURES),
         "--enable-features=" + FORCED,
     ]
-    launch = {**playwright_config.LAUNCH_ARGS, "args": args}
+    launch = {**playwright_config.SUITE_LAUNCH_ARGS, "args": args}
     return playwright.chromium.launch_persistent_context(str(profile), base_url=server.url, **launch)  # type: ignore[arg-type]
 
 
