@@ -18,6 +18,12 @@ show it starts and answers; the rest of the suite keeps it off all the same, so 
 that kind in a test is never a draw of the browser's, and the profiler's cost (a stack walked per
 sampled allocation) stays out of the suite's timings.
 
+The browser's own pages are off too (InitialWebUI, PreloadTopChromeWebUI, the WebUI omnibox popups,
+WebUIToolbarProcessOverheadExperiment): headless Chromium 156 still preloads its address bar's
+popup, chrome://omnibox-popup.top-chrome, in a renderer of its own for each new context, about
+0.7 s of CPU each (a Chrome trace of a new context's start: a "WebUI Top Renderer" running lit and
+mojo bindings). A headless browser shows no address bar; the page under test is not touched.
+
 Chromium takes only the last --disable-features it is given, and Playwright passes its own list:
 ours repeats Playwright's (tests/test_playwright_config.py checks it against the pinned driver).
 """
@@ -32,7 +38,10 @@ PLAYWRIGHT_DISABLED_FEATURES = [
     "OptimizationHints", "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
     "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
 ]
-DISABLED_FEATURES = [*PLAYWRIGHT_DISABLED_FEATURES, "HeapProfilerReporting"]
+DISABLED_FEATURES = [
+    *PLAYWRIGHT_DISABLED_FEATURES, "HeapProfilerReporting",
+    "InitialWebUI", "WebUIToolbarProcessOverheadExperiment", "PreloadTopChromeWebUI", "WebUIOmniboxPopup", "WebUIOmniboxAimPopup",
+]  # fmt: skip
 
 ARGS = [
     "--disable-dev-shm-usage",
