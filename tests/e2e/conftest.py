@@ -45,10 +45,17 @@ def browser_context_args(browser_context_args: dict[str, Any], server: Server) -
 
 
 @pytest.fixture(scope="session")
-def contexts(browser: Browser, server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contexts]:
-    """New browser contexts that start Python as a returning visitor's does (tests/e2e/contexts.py)."""
-    made = Contexts(browser, tmp_path_factory.mktemp("python-start"))
-    made.keep_from(server.url)
+def contexts(browser: Browser, server: Server, tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[Contexts]:
+    """New browser contexts that start Python as a returning visitor's does (tests/e2e/contexts.py),
+    from what one first visit kept for all of the run's workers (under pytest-xdist, the run's
+    temporary directory is the parent of each worker's)."""
+    if worker_id == "master":
+        kept = tmp_path_factory.mktemp("python-start")
+    else:
+        kept = tmp_path_factory.getbasetemp().parent / "python-start"
+        kept.mkdir(exist_ok=True)
+    made = Contexts(browser, kept)
+    made.keep_once(server.url)
     yield made
     made.close()
 

@@ -17,8 +17,10 @@ would cross the DevTools protocol as base64 (31 MB: about 14 s a context, agains
 from __future__ import annotations
 
 import base64
+import fcntl
 import functools
 import http.server
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,19 @@ class Contexts:
         finally:
             context.close()
         assert len(self.entries) == 2, self.entries  # (the snapshot and the bytecode)
+
+    def keep_once(self, base_url: str) -> None:
+        """``keep_from``, once for every process given this directory (pytest-xdist's workers):
+        the first to come makes the entries, the others wait for it and read what it kept. (About
+        20 s of CPU a first visit costs, on a machine the suite keeps busy.)"""
+        with open(self.directory / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            manifest = self.directory / "entries.json"
+            if manifest.exists():
+                self.entries = [(path, file) for path, file in json.loads(manifest.read_text())]
+            else:
+                self.keep_from(base_url)
+                manifest.write_text(json.dumps(self.entries))
 
     def seed(self, context: BrowserContext, base_url: str) -> None:
         """Puts the kept entries into ``context``'s Cache Storage for the origin of ``base_url``."""
