@@ -270,10 +270,12 @@ class SyncEngine:
             while batch := self.store.outbox(PUSH_BATCH):
                 events = [p.event for p in batch]
                 await self.store.mark_attempted([e.event_id for e in events])
+                self._on_change()  # ("Sending…")
                 try:
                     response = await self.transport.submit(events)
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
+                    self._on_change()  # ("Not sent yet: ...", not "Sending…" until another change)
                     raise
                 if await self.store.record_results(response.results):
                     self._on_change()

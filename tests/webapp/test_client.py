@@ -141,6 +141,26 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
     assert client.store.pending_count() == 4 and client.store.setting("assistant") == ""
 
 
+async def test_a_push_that_found_no_network_is_drawn_as_not_sent_not_as_sending(tmp_path: Path) -> None:
+    """The message was drawn while its push was on the way ("Sending…"); the push failed: the
+    next frames draw it as not sent, without waiting for another change to redraw it."""
+    client, page = await signed_in(tmp_path)
+    await client.dispatch("send", {"text": "hello", "assistant": ""})
+    page.paint()
+    assert "Saved on this device, not sent yet" in page.messages
+
+    async def submit(events: object) -> None:
+        page.paint(), page.paint()  # (frames while the request is out)
+        assert "Sending…" in page.messages
+        raise NetworkError("the server could not be reached")
+
+    client.engine.transport.submit = submit  # type: ignore[method-assign]
+    with pytest.raises(NetworkError):
+        await client.engine.push()
+    page.paint(), page.paint()
+    assert "Not sent yet: the server could not be reached" in page.messages and "Sending…" not in page.messages
+
+
 async def test_the_first_message_with_no_chat_yet_makes_one(tmp_path: Path) -> None:
     client, page, _ = make_client(tmp_path)
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
