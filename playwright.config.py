@@ -61,8 +61,8 @@ LAUNCH_ARGS: dict[str, object] = {"executable_path": CHROMIUM, "headless": True,
 # (Liftoff) only. A page of a test lives seconds: the optimizing compiler's background work on
 # Pyodide's interpreter as it warms up (about 1.7 s of CPU for each new context, measured in a
 # Chrome trace: wasm.TopTierCompilation) never pays for itself there, and the suite is bound by
-# its two cores. A new context's start of Python then takes about 4.9 s of CPU here instead of
-# 7.3, a sign-up and three sends 0.95 s instead of 1.45. Python runs slower in the page, as on a
+# its two cores. A new context's start of Python then took about 4.9 s of CPU here instead of
+# 7.3 (4.2 with the WebUI pages off as well), a sign-up and three sends 0.95 s instead of 1.45. Python runs slower in the page, as on a
 # slower phone, which the tests must stand anyway. The benchmarks (tests/bench) and the chaos
 # checker's browsers keep LAUNCH_ARGS: what they measure is the browser as people have it.
 SUITE_LAUNCH_ARGS: dict[str, object] = {

@@ -150,14 +150,16 @@ async def test_a_push_that_found_no_network_is_drawn_as_not_sent_not_as_sending(
     assert "Saved on this device, not sent yet" in page.messages
 
     async def submit(events: object) -> None:
-        page.paint(), page.paint()  # (frames while the request is out)
+        for _ in range(2):  # (frames while the request is out: a redraw, then its messages)
+            page.paint()
         assert "Sending…" in page.messages
         raise NetworkError("the server could not be reached")
 
     client.engine.transport.submit = submit  # type: ignore[method-assign]
     with pytest.raises(NetworkError):
         await client.engine.push()
-    page.paint(), page.paint()
+    for _ in range(2):
+        page.paint()
     assert "Not sent yet: the server could not be reached" in page.messages and "Sending…" not in page.messages
 
 
