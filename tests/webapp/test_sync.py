@@ -47,6 +47,16 @@ def shown(device: Device) -> list[tuple[str, bool]]:
     ]
 
 
+async def stop(runs: list[asyncio.Task[Any]], *devices: Device) -> None:
+    """The devices' engines stopped and their live sockets closed (a test's end)."""
+    for run in runs:
+        run.cancel()
+    await asyncio.gather(*runs, return_exceptions=True)
+    for device in devices:
+        for socket in device.transport.sockets:
+            await socket.close()
+
+
 async def test_two_devices_converge_on_the_server_state(app: Quart, tmp_path: Path) -> None:
     token = await signup(app)
     a, b = Device(app, token, tmp_path / "a.db"), Device(app, token, tmp_path / "b.db")
@@ -174,12 +184,7 @@ async def test_the_engine_follows_the_live_socket(app: Quart, tmp_path: Path) ->
         await until(lambda: [t for t, _ in shown(b)] == ["live", "while b was away"], why)
         await until(lambda: b.engine.status is Status.ONLINE, why)
     finally:
-        for run in runs:
-            run.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
-        for device in (a, b):
-            for socket in device.transport.sockets:
-                await socket.close()
+        await stop(runs, a, b)
 
 
 @contextlib.asynccontextmanager
@@ -196,10 +201,7 @@ async def following_live(app: Quart, tmp_path: Path) -> AsyncIterator[tuple[Devi
         a.transport.hold_frames = True
         yield a, b, chat
     finally:
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        for socket in a.transport.sockets:
-            await socket.close()
+        await stop([run], a)
 
 
 async def test_live_frames_reordered_duplicated_or_lost_still_give_every_event_once(app: Quart, tmp_path: Path) -> None:
@@ -270,10 +272,7 @@ async def test_an_unexpected_error_in_a_push_does_not_stop_the_pushes(app: Quart
         a.engine.kick()
         await until(lambda: shown(a) == [("when the push failed", False), ("after it", False)], lambda: shown(a))
     finally:
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        for socket in a.transport.sockets:
-            await socket.close()
+        await stop([run], a)
 
 
 async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, tmp_path: Path) -> None:
@@ -297,10 +296,7 @@ async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, t
         a.engine.kick()
         await until(lambda: shown(a) == [("after the error", False)], lambda: shown(a))
     finally:
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
-        for socket in a.transport.sockets:
-            await socket.close()
+        await stop([run], a)
 
 
 async def test_a_cancelled_engine_stops_even_when_a_frame_arrives_at_that_moment(tmp_path: Path) -> None:
