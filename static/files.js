@@ -86,8 +86,18 @@ async function pictured(blob) {
   return { size: [width, height], thumb: await canvas.convertToBlob({ type: "image/webp", quality: 0.85 }) };
 }
 
-function shownUrl(sha256, found) {
-  if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(found.thumb || found.blob));
+// The object URL the page shows the kept file with (one for the page's life): its thumbnail, or
+// the file itself. An image whose thumbnail was never made (the page went, a reload or a crash,
+// between keeping the file and adding the thumbnail) has it made now, once.
+async function shownUrl(sha256, found) {
+  if (!urls.has(sha256)) {
+    let thumb = found.thumb;
+    if (thumb == null && found.blob.type.startsWith("image/")) {
+      thumb = (await pictured(found.blob).catch(() => null))?.thumb || false;
+      await addThumb(sha256, thumb).catch(() => {});
+    }
+    if (!urls.has(sha256)) urls.set(sha256, URL.createObjectURL(thumb || found.blob));
+  }
   return urls.get(sha256);
 }
 
@@ -157,15 +167,21 @@ export async function keep(token, sha256) {
   const file = held.get(token);
   const blob = new Blob([file], { type: file.type });
   await put(sha256, blob, null, "strict");
-  pictures.get(token)?.then((image) => image?.thumb && addThumb(sha256, image.thumb)).catch(() => {});
+  pictures.get(token)?.then((image) => addThumb(sha256, image?.thumb || false)).catch(() => {});
 }
 
+// A kept image's thumbnail, or false: none is needed (the image is small, or not one this browser
+// decodes). A row's thumb is null until then.
 async function addThumb(sha256, thumb) {
   const db = await database();
   const tx = db.transaction(["files"], "readwrite", { durability: "relaxed" });
   const store = tx.objectStore("files");
   const found = await request(store.get(sha256));
-  if (found && !found.thumb) store.put({ ...found, thumb }, sha256); // (gone: cleared meanwhile)
+  if (found && found.thumb == null) store.put({ ...found, thumb }, sha256); // (gone: cleared meanwhile)
+  await new Promise((resolve, reject) => {
+    tx.oncomplete = resolve;
+    tx.onerror = tx.onabort = () => reject(tx.error || new Error("IndexedDB transaction aborted"));
+  });
 }
 
 // A held image's width and height ([] when it is not an image this browser decodes).
@@ -253,10 +269,10 @@ export async function want(sha256) {
     if (response.status === 404) return ["", "missing"];
     if (!response.ok) return ["", "offline"];
     const blob = await response.blob();
-    found = { blob, thumb: (await pictured(blob).catch(() => null))?.thumb ?? null };
+    found = { blob, thumb: (await pictured(blob).catch(() => null))?.thumb || false };
     await put(sha256, blob, found.thumb, "relaxed"); // (the server has it: a copy, kept for offline use)
   }
-  return [shownUrl(sha256, found), ""];
+  return [await shownUrl(sha256, found), ""];
 }
 
 // What the page shows of a kept file from this device's IndexedDB alone (no network): an object
@@ -264,7 +280,7 @@ export async function want(sha256) {
 export async function keptUrl(sha256) {
   if (urls.has(sha256)) return urls.get(sha256);
   const found = await record(sha256);
-  return found ? shownUrl(sha256, found) : "";
+  return found ? await shownUrl(sha256, found) : "";
 }
 
 // The object URL the page shows a file with already, or "".

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, Playwright, Route, expect
+from playwright.sync_api import Browser, Page, Playwright, Route, expect
 
 from server.transfer import _read_tar
 from tests.e2e.contexts import Contexts
@@ -153,6 +153,49 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     assert bytes_received(server) - before == len(picture) + len(notes)  # (nothing sent twice)
     a_context.close()
     b_context.close()
+
+
+_KEEP_WITHOUT_THUMB = """async ([sha256, b64]) => {
+  const blob = new Blob([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], { type: "image/png" });
+  const db = await new Promise((resolve, reject) => {
+    const opening = indexedDB.open("chat-attachments", 1);
+    opening.onupgradeneeded = () => opening.result.createObjectStore("files");
+    opening.onsuccess = () => resolve(opening.result);
+    opening.onerror = () => reject(opening.error);
+  });
+  const tx = db.transaction(["files"], "readwrite");
+  tx.objectStore("files").put({ blob, type: blob.type, thumb: null }, sha256);
+  await new Promise((resolve, reject) => { tx.oncomplete = resolve; tx.onerror = () => reject(tx.error); });
+  db.close();
+}"""
+_SHOWN_AND_KEPT = """async (sha256) => {
+  const files = await import("/static/files.js");
+  const img = new Image();
+  img.src = await files.keptUrl(sha256);
+  await img.decode();
+  const db = await new Promise((resolve) => { const opening = indexedDB.open("chat-attachments", 1); opening.onsuccess = () => resolve(opening.result); });
+  const row = await new Promise((resolve) => { const get = db.transaction(["files"]).objectStore("files").get(sha256); get.onsuccess = () => resolve(get.result); });
+  db.close();
+  return [img.naturalWidth, row.thumb instanceof Blob ? row.thumb.type : String(row.thumb)];
+}"""
+
+
+def test_an_image_kept_before_its_thumbnail_was_made_is_given_it_when_next_shown(browser: Browser, server: Server) -> None:
+    """The page went (a reload, a crash: a busy phone takes its time decoding) between keeping an
+    image and adding its thumbnail: the next page to show the image makes the thumbnail then, and
+    keeps it. A small image needs none, and that is kept too (it is not decoded again)."""
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    page.goto("/static/files.js")  # (the app's origin, without starting Python)
+    big, small = png(1200, 900, seed=3), png(100, 80, seed=4)
+    for data in (big, small):
+        page.evaluate(_KEEP_WITHOUT_THUMB, [hashlib.sha256(data).hexdigest(), base64.b64encode(data).decode()])
+    page.reload()
+    assert page.evaluate(_SHOWN_AND_KEPT, hashlib.sha256(big).hexdigest()) == [480, "image/webp"]
+    assert page.evaluate(_SHOWN_AND_KEPT, hashlib.sha256(small).hexdigest()) == [100, "false"]
+    page.reload()  # (a new page's life: the kept thumbnail is what it shows)
+    assert page.evaluate(_SHOWN_AND_KEPT, hashlib.sha256(big).hexdigest()) == [480, "image/webp"]
+    context.close()
 
 
 def test_export_everything_carries_the_files_and_importing_it_elsewhere_restores_them(
