@@ -132,7 +132,9 @@ class Database:
     async def open(self) -> None:
         """After opening: checkpoint what the -wal holds (migrations, an earlier session's
         commits) and persist that."""
+        committed = self._committed
         await self._persistence.flush(self._checkpoint())
+        self._stored = max(self._stored, committed)
 
     async def _durable(self, wal_bytes: int | None = None) -> None:
         """Called after every write transaction: persist it, checkpointing when the -wal is big."""
@@ -142,6 +144,11 @@ class Database:
         committed = self._committed
         await self._persistence.flush(self._checkpoint() if big else None)
         self._stored = max(self._stored, committed)  # (a flush stores every commit before it)
+
+    def all_durable(self) -> bool:
+        """Every write committed so far is durable (its flush has resolved): a reload or a crash
+        now loses none of them."""
+        return self._stored >= self._committed
 
     def _checkpoint(self) -> Checkpoint:
         pages = wal_pages(self._wal_path)

@@ -74,7 +74,11 @@ def test_instructions_and_a_preset_reach_the_request_a_reload_and_another_device
     # The chat keeps the preset chosen beside Send, through a reload.
     chooser = a.get_by_role("combobox", name="Answered by")
     chooser.select_option(label="Terse")
-    a.wait_for_function("() => pyodide.runPython('chat_client.store.chat(chat_client.selected).preset_id') !== undefined")
+    # (Chosen, then durable: the chat's change is in memory at once, and in IndexedDB once its
+    # flush resolves; a reload in between would find the choice before it.)
+    a.wait_for_function(
+        "() => pyodide.runPython('chat_client.store.chat(chat_client.selected).preset_id is not None and chat_client.store.all_durable()')"
+    )
     a.reload()
     a.wait_for_selector("body[data-ready=true]", timeout=BOOT_TIMEOUT)
     expect(chooser.locator("option:checked")).to_have_text("Terse")

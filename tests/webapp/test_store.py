@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from shared.models import Chat, DomainEvent, EventType, Message
+from tests.waiting import until
 from tests.webapp.devices import T, new_id
 from webapp.database import Checkpoint
 from webapp.store import LocalStore
@@ -49,6 +51,33 @@ async def test_every_write_is_flushed_and_a_checkpoint_names_the_pages_it_rewrot
     wal = Path(str(path) + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0  # ...and the -wal was emptied
     assert len(store.messages(chat.id)) == len(persistence.flushes) - 2
+    store.close()
+
+
+class HeldPersistence:
+    """A flush that resolves only when the test lets it (IndexedDB taking its time)."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def flush(self, checkpoint: Checkpoint | None) -> None:
+        await self.gate.wait()
+
+
+async def test_a_write_is_said_durable_only_once_its_flush_has_resolved(tmp_path: Path) -> None:
+    persistence = HeldPersistence()
+    store = LocalStore(str(tmp_path / "local.db"), persistence)
+    await store.open()
+    assert store.all_durable()
+    persistence.gate.clear()
+    chat = Chat(id=new_id(), title="t", created_at=T)
+    adding = asyncio.ensure_future(store.add_local(_event(EventType.CHAT_CREATED, chat)))
+    await until(lambda: store.chat(chat.id) is not None)  # in memory at once...
+    assert not store.all_durable()  # ...not durable yet: a reload now would not find it
+    persistence.gate.set()
+    await adding
+    assert store.all_durable()
     store.close()
 
 
