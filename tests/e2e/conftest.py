@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 from playwright.sync_api import Browser, BrowserContext, expect
 
 from server.config import ROOT
@@ -99,23 +101,38 @@ def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> It
 SPIN = "while True: pass"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test runs these tests on two workers, --dist loadgroup) the
-    loaded variants all go to one worker, one after the other: never two spinners at once."""
+    loaded variants all go to one worker, one after the other: never two spinners at once.
+
+    pytest-xdist 3.8 groups a test by appending "@group" to its node id (``item._nodeid``), which
+    pytest 9 no longer reads (a node's id is ``item._id`` now): its groups came to nothing, and the
+    loaded variants ran on both workers, two spinners at once. The id is appended here (the same
+    id pytest-xdist means to make), and the ``load`` fixture fails should two ever overlap."""
+    grouped = config.getoption("dist", "no") == "loadgroup"
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("load") == "loaded":
             item.add_marker(pytest.mark.xdist_group("loaded"))
+            if grouped and not item.nodeid.endswith("@loaded"):
+                item._id = coerce_node_id(f"{item.nodeid}@loaded")
 
 
 @pytest.fixture(params=["idle", "loaded"])
-def load(request: pytest.FixtureRequest) -> Iterator[str]:
+def load(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "idle":
         yield "idle"
         return
-    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
-    try:
-        yield "loaded"
-    finally:
-        spinner.kill()
-        spinner.wait()
+    # One spinner at a time in the whole run (both workers: the run's temporary directory is the
+    # parent of each worker's).
+    with open(tmp_path_factory.getbasetemp().parent / "spinner.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.fail("another loaded variant is running on the other worker: their xdist group was not applied")
+        spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+        try:
+            yield "loaded"
+        finally:
+            spinner.kill()
+            spinner.wait()
