@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     pytest 9 no longer reads (a node's id is ``item._id`` now): its groups came to nothing, and the
     loaded variants ran on both workers, two spinners at once. The id is appended here (the same
     id pytest-xdist means to make), and the ``load`` fixture fails should two ever overlap."""
-    grouped = config.getoption("dist", "no") == "loadgroup"
+    grouped = config.getoption("loadgroup", False)  # (a worker's: pytest-xdist sets it from --dist)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("load") == "loaded":
