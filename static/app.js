@@ -250,13 +250,16 @@ async function shownFiles(files = []) {
 let sendChain = keptAtStart.then(({ sends }) => sends.forEach((send) => handOver(send)), () => {});
 // (`ready`: the send as kept once the files it took are all kept; given to Python then.)
 function handOver(send, ready = null) {
+  // (The page's drawing of the message stays until Python's drawing of it, a frame or two after
+  // Python has it, morphs it in place; Python says when it does not take it: view.endSending.)
   const give = async () => dispatch("send", (await ready?.catch(() => null)) ?? send).then(
     () => pending.forgetSend(send.id),
     (e) => {
       console.error("message not saved", e);
       pending.forgetSend(send.id); // (Python puts its text back into the composer)
+      view.endSending(send.id);
     },
-  ).finally(() => view.endSending(send.id));
+  );
   sendChain = sendChain.then(give, give);
 }
 

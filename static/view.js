@@ -189,7 +189,7 @@ export function showSending({ id, chat, text }, files = []) {
   showJump(scroller);
 }
 
-// Python did not draw it (it refused the message, or the chat went): the page's drawing goes.
+// Python did not take it (it refused the message, or could not save it): the page's drawing goes.
 export function endSending(id) {
   const item = byId(`m-${id}`);
   if (item?.hasAttribute("data-sending")) item.remove();

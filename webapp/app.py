@@ -95,6 +95,11 @@ class View(MessagesView, ChatsView, Protocol):
         """A message not taken: its text back as the draft of ``chat_id`` (``draft``: that draft
         as the database has it), before what was typed there since, which stays."""
 
+    def end_sending(self, message_id: str) -> None:
+        """The page drew this message itself as it was sent (static/view.js: showSending), and
+        Python does not take it: the page's drawing goes. (One Python takes stays until Python's
+        own drawing of it morphs that node in place: it is never off the screen in between.)"""
+
     def reveal(self, key: str) -> None:
         """Scroll the message list to this item and mark it for a moment (a search result)."""
 
@@ -715,11 +720,14 @@ class Client:
             return
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if self.store.message(message_id) is not None:
-            return  # saved already
+            self.pane.draw_soon()  # saved already (given twice): drawn, over the page's drawing of it
+            return
         attached = await self._files_sent(draft_of, data)
         if self.store.message(message_id) is not None:
+            self.pane.draw_soon()
             return
         if not text and not attached:
+            self.view.end_sending(message_id)
             return
         chat_id = draft_of if self.store.chat(draft_of) else None
         # The chat made, or named after its first message, with the message: one durable write.
@@ -738,6 +746,7 @@ class Client:
             self._refused[draft_of] = [f"Not sent: a chat holds at most {MAX_QUEUED} queued messages. It is back in the box."]
             await self._files_back(draft_of, attached)
             self.view.put_back(draft_of, text, self.store.draft(draft_of))
+            self.view.end_sending(message_id)
             return
         path = self.store.shown_path(chat_id)
         message = Message(

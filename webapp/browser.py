@@ -364,6 +364,9 @@ class DomView:
     def put_back(self, chat_id: str, text: str, draft: str) -> None:
         js.chatView.putBack(chat_id, text, draft)
 
+    def end_sending(self, message_id: str) -> None:
+        js.chatView.endSending(message_id)
+
     def reveal(self, key: str) -> None:
         js.chatView.reveal(key)
 

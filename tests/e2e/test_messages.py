@@ -105,6 +105,18 @@ def test_markdown_and_code_render_and_nothing_hostile_runs(contexts: Contexts, m
     page.context.close()
 
 
+# Records the message items taken off the list and not back by the end of the same batch of DOM
+# changes (so off the screen at the next frame).
+VANISHED = """() => {
+  window.vanished = [];
+  new MutationObserver((records) => {
+    for (const record of records) {
+      for (const node of record.removedNodes) if (node.id && !document.getElementById(node.id)) window.vanished.push(node.id);
+    }
+  }).observe(document.getElementById("messages"), { childList: true });
+}"""
+
+
 def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(contexts: Contexts, server: Server) -> None:
     slow = FakeUpstream(delay=0.03, words=400)
     slow.start_in_thread()
@@ -125,6 +137,10 @@ def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(cont
 
             wait_until(page, arrived, lambda: f"{deltas['count']} deltas arrived, not {count}")
 
+        # A message sent is drawn by the page at once, and Python's drawing of it, a frame or two
+        # later, morphs that node: it is never off the screen in between (each mutation's batch
+        # is looked at before the next frame is drawn).
+        page.evaluate(VANISHED)
         for i in range(12):
             send(page, f"Message {i}\n\nwith a second paragraph, to take some room on the screen.")
         expect(page.locator(".message.user")).to_have_count(12)
@@ -133,7 +149,9 @@ def test_nodes_stay_while_the_chat_changes_and_the_view_follows_like_a_chat(cont
 
         send(page, "One more")
         expect(page.locator(".message.user")).to_have_count(13)
+        expect(page.locator("[data-sending]")).to_have_count(0)  # (all drawn by Python)
         assert first.evaluate("node => node.isConnected && document.getElementById(node.id) === node")
+        assert page.evaluate("window.vanished") == []
 
         send(page, "A long answer, please", assistant="fake")
         streaming = page.locator(".message.assistant.streaming")

@@ -31,6 +31,7 @@ class FakePage:
     composed: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # every set_composer
     restored: list[tuple[str, str]] = field(default_factory=list)  # (selector, text) given back to an input
     put_backs: list[tuple[str, str]] = field(default_factory=list)  # (chat, text) of a message not taken, back as its draft
+    ended_sending: list[str] = field(default_factory=list)  # messages the page drew as sent, not taken: its drawing goes
     status: str = ""
     status_text: str = ""
     focused: str = ""
@@ -96,6 +97,9 @@ class FakePage:
 
     def put_back(self, chat_id: str, text: str, draft: str) -> None:
         self.put_backs.append((chat_id, text))
+
+    def end_sending(self, message_id: str) -> None:
+        self.ended_sending.append(message_id)
 
     def reveal(self, key: str) -> None:
         assert key in self.items, "a message is revealed once it is drawn"

@@ -189,6 +189,7 @@ async def test_a_message_the_page_kept_is_saved_once_with_its_id_in_its_chat(tmp
     assert [m.content for m in client.store.messages(made)] == ["sent in no chat", "and then"]
     assert client.store.messages(made)[1].parent_id == sent["id"]
     assert len(client.store.chats()) == 1
+    assert page.ended_sending == []  # (each taken: the page's drawing of it stays until Python's morphs it)
     await client.dispatch("send", {"id": "not an id", "chat": made, "text": "a bad id", "assistant": ""})
     assert "a bad id" in [m.content for m in client.store.messages(made)]  # (given an id of Python's)
 

@@ -738,6 +738,7 @@ async def test_a_send_from_before_python_that_is_not_taken_puts_its_files_back_i
     send = {"id": "01a00000-0000-7000-8000-000000000003", "chat": chat, "text": "one too many", "assistant": "demo", "files": [cat]}
     await client.dispatch("send", send)
     assert client.store.message(send["id"]) is None and (chat, "one too many") in page.put_backs
+    assert page.ended_sending == [send["id"]]  # (the page's drawing of it goes)
     assert [a.name for a in client.store.draft_files(chat)] == ["cat.png"]
     assert 'aria-label="Remove cat.png"' in page.regions["composer-files"]
     assert f"at most {MAX_QUEUED} queued messages" in page.regions["composer-files"]
