@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from shared.models import DomainEvent, Frame, RunSummary, StateResponse, SubmitResponse, UpdatesResponse
+from shared.models import DomainEvent, Frame, LoggedEvent, RunSummary, StateResponse, SubmitResponse, UpdatesResponse
 from webapp.state_page import StatePage, state_page_of
 from webapp.transport import (
     CHUNK_TYPE,
@@ -94,8 +94,10 @@ class ChaosSocket:
         frame: AnyFrame = FRAME.validate_json(text)
         if frame.type == "caughtUp":
             self.caught_up = frame.seq
-        elif frame.type == "event" and self.caught_up is not None:
-            self.seqs.append(frame.event.seq)
+        elif frame.type == "event":
+            self.transport.logged([frame.event])
+            if self.caught_up is not None:
+                self.seqs.append(frame.event.seq)
         return frame
 
     def _note(self) -> None:
@@ -137,6 +139,7 @@ class HttpTransport:
         self.offline = False
         self.sockets: list[ChaosSocket] = []
         self._opened = 0
+        self._unanswered: dict[str, str] = {}  # event id -> type: pushed, and no answer heard for it yet
         self.client = httpx.AsyncClient(timeout=TIMEOUT)
 
     @property
@@ -219,7 +222,9 @@ class HttpTransport:
         return [RunSummary.model_validate(r) for r in await self._json("GET", f"/runs?chatId={chat_id}")]
 
     async def updates(self, after_seq: int, limit: int) -> UpdatesResponse:
-        return UpdatesResponse.model_validate(await self._json("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
+        response = UpdatesResponse.model_validate(await self._json("GET", f"/sync/updates?afterSeq={after_seq}&limit={limit}"))
+        self.logged(response.events)
+        return response
 
     async def state(self, up_to_seq: int | None, page: str | None, limit: int = 500) -> StatePage:
         return state_page_of(await self._json("GET", self._state_path(up_to_seq, page, limit)))
@@ -238,14 +243,29 @@ class HttpTransport:
         return f"/sync/state?{query}"
 
     async def submit(self, events: list[DomainEvent]) -> SubmitResponse:
-        response = SubmitResponse.model_validate(await self._json("POST", "/sync/events", {"events": [e.wire() for e in events]}))
         kinds = {e.event_id: str(e.type) for e in events}
+        self._unanswered.update(kinds)
+        response = SubmitResponse.model_validate(await self._json("POST", "/sync/events", {"events": [e.wire() for e in events]}))
         for result in response.results:
+            self._unanswered.pop(result.event_id, None)
             self.record(
                 {"op": "result", "device": self.device, "event": result.event_id, "type": kinds.get(result.event_id),
                  "status": result.status, "seq": result.seq, "error": result.error}
             )  # fmt: skip
         return response
+
+    def logged(self, events: Iterable[LoggedEvent]) -> None:
+        """Events of this device's pushes whose answer it never heard (the server went while
+        answering), found in the log: the server took them, at these seqs. The engine takes its
+        own event back from the log as its confirmation (webapp/store.py: apply_remote) and does
+        not push it again, so no other answer will come for it: recorded as its result."""
+        for event in events:
+            kind = self._unanswered.pop(event.event_id, None)
+            if kind is not None:
+                self.record(
+                    {"op": "result", "device": self.device, "event": event.event_id, "type": kind, "status": "logged",
+                     "seq": event.seq, "error": None}
+                )  # fmt: skip
 
     async def blob_limits(self) -> BlobLimits:
         response = await self._send("OPTIONS", "/blobs", headers=TUS_HEADERS)

@@ -301,3 +301,14 @@ def test_every_regression_history_checks_clean() -> None:
     for path in paths:
         done = subprocess.run([sys.executable, "-m", "server", "chaos", "--check", str(path)], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, path.name + "\n" + done.stdout + done.stderr
+
+
+def test_an_edit_whose_answer_was_lost_counts_once_it_is_found_in_the_log() -> None:
+    """(The suite's chaos minute, seed 22: the server went while answering the edit's push; the
+    device found the edit in the log and did not push it again: recorded as ``logged``.)"""
+    history = clean()
+    assert history[9]["event"] == "e4"
+    history[9]["status"] = "logged"
+    assert check(history).anomalies == 0, check(history).details
+    del history[9]  # (with no record of it at all, its text is not owed: the append's is)
+    only(check(history).counts, "lost")
