@@ -719,6 +719,8 @@ class Client:
                 await self._send_edit(self.editing, text)
             return
         message_id = _uuid(data.get("id")) or self.s.new_id()
+        if data.get("id") and message_id != data["id"]:  # (not an id: saved under one of Python's, drawn as that)
+            self.view.end_sending(str(data["id"]))
         if self.store.message(message_id) is not None:
             self.pane.draw_soon()  # saved already (given twice): drawn, over the page's drawing of it
             return

@@ -192,6 +192,7 @@ async def test_a_message_the_page_kept_is_saved_once_with_its_id_in_its_chat(tmp
     assert page.ended_sending == []  # (each taken: the page's drawing of it stays until Python's morphs it)
     await client.dispatch("send", {"id": "not an id", "chat": made, "text": "a bad id", "assistant": ""})
     assert "a bad id" in [m.content for m in client.store.messages(made)]  # (given an id of Python's)
+    assert page.ended_sending == ["not an id"]  # (drawn under Python's id: the page's drawing goes)
 
 
 async def test_drafts_the_page_kept_are_adopted_before_the_composer_is_drawn(tmp_path: Path) -> None:
