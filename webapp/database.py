@@ -132,17 +132,18 @@ class Database:
     async def open(self) -> None:
         """After opening: checkpoint what the -wal holds (migrations, an earlier session's
         commits) and persist that."""
-        committed = self._committed
-        await self._persistence.flush(self._checkpoint())
-        self._stored = max(self._stored, committed)
+        await self._flush(self._checkpoint())
 
     async def _durable(self, wal_bytes: int | None = None) -> None:
         """Called after every write transaction: persist it, checkpointing when the -wal is big."""
         if wal_bytes is None:
             wal_bytes = CHECKPOINT_WAL_BYTES if time.monotonic() >= self._settled_at else SNAPSHOT_WAL_BYTES
         big = os.path.exists(self._wal_path) and os.path.getsize(self._wal_path) > wal_bytes
+        await self._flush(self._checkpoint() if big else None)
+
+    async def _flush(self, checkpoint: Checkpoint | None) -> None:
         committed = self._committed
-        await self._persistence.flush(self._checkpoint() if big else None)
+        await self._persistence.flush(checkpoint)
         self._stored = max(self._stored, committed)  # (a flush stores every commit before it)
 
     def all_durable(self) -> bool:

@@ -183,7 +183,7 @@ class LocalStore(Outbox, Snapshots, Uploads):
         """Each chat's draft ("": none), in one durable write (none when each is what the
         database has, and durable: the composer emptied by a Send whose message cleared it)."""
         changed = {chat_id: text for chat_id, text in drafts.items() if self.draft(chat_id) != text}
-        if not changed and self._stored >= self._committed:
+        if not changed and self.all_durable():
             return
         with self._transaction() as conn:
             conn.executemany(

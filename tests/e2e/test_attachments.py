@@ -155,29 +155,31 @@ def test_a_file_attached_offline_is_kept_uploaded_once_and_shown_on_another_devi
     b_context.close()
 
 
-_KEEP_WITHOUT_THUMB = """async ([sha256, b64]) => {
-  const blob = new Blob([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], { type: "image/png" });
-  const db = await new Promise((resolve, reject) => {
-    const opening = indexedDB.open("chat-attachments", 1);
-    opening.onupgradeneeded = () => opening.result.createObjectStore("files");
-    opening.onsuccess = () => resolve(opening.result);
-    opening.onerror = () => reject(opening.error);
-  });
+# static/files.js's IndexedDB database, opened (made as files.js makes it, the first time).
+_OPEN_FILES = """() => new Promise((resolve, reject) => {
+  const opening = indexedDB.open("chat-attachments", 1);
+  opening.onupgradeneeded = () => opening.result.createObjectStore("files");
+  opening.onsuccess = () => resolve(opening.result);
+  opening.onerror = () => reject(opening.error);
+})"""
+_KEEP_WITHOUT_THUMB = f"""async ([sha256, b64]) => {{
+  const blob = new Blob([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], {{ type: "image/png" }});
+  const db = await ({_OPEN_FILES})();
   const tx = db.transaction(["files"], "readwrite");
-  tx.objectStore("files").put({ blob, type: blob.type, thumb: null }, sha256);
-  await new Promise((resolve, reject) => { tx.oncomplete = resolve; tx.onerror = () => reject(tx.error); });
+  tx.objectStore("files").put({{ blob, type: blob.type, thumb: null }}, sha256);
+  await new Promise((resolve, reject) => {{ tx.oncomplete = resolve; tx.onerror = () => reject(tx.error); }});
   db.close();
-}"""
-_SHOWN_AND_KEPT = """async (sha256) => {
+}}"""
+_SHOWN_AND_KEPT = f"""async (sha256) => {{
   const files = await import("/static/files.js");
   const img = new Image();
   img.src = await files.keptUrl(sha256);
   await img.decode();
-  const db = await new Promise((resolve) => { const opening = indexedDB.open("chat-attachments", 1); opening.onsuccess = () => resolve(opening.result); });
-  const row = await new Promise((resolve) => { const get = db.transaction(["files"]).objectStore("files").get(sha256); get.onsuccess = () => resolve(get.result); });
+  const db = await ({_OPEN_FILES})();
+  const row = await new Promise((resolve) => {{ const get = db.transaction(["files"]).objectStore("files").get(sha256); get.onsuccess = () => resolve(get.result); }});
   db.close();
   return [img.naturalWidth, row.thumb instanceof Blob ? row.thumb.type : String(row.thumb)];
-}"""
+}}"""
 
 
 def test_an_image_kept_before_its_thumbnail_was_made_is_given_it_when_next_shown(browser: Browser, server: Server) -> None:
