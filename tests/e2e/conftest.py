@@ -85,14 +85,17 @@ _failed = pytest.StashKey[bool]()
 def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> Iterator[None]:
     """A failed test's report ends with what the server did meanwhile (its requests but for the
     app's files, their statuses, any traceback): whether a page's request reached it, and how it
-    was answered."""
+    was answered; and what the pages logged (Python's failures among it)."""
     start = server.log.stat().st_size if server.log.exists() else 0
+    console = request.getfixturevalue("contexts").console if "contexts" in request.fixturenames else []
+    console.clear()
     yield
     if request.node.stash.get(_failed, False):
         files = ('"path": "/static/', '"path": "/py/', '"path": "/sw.js"', '"path": "/favicon')
         lines = server.log.read_bytes()[start:].decode(errors="replace").splitlines()
         logged = [line for line in lines if not any(f in line for f in files)]
         print("The server logged during this test (its last 150 lines):", *logged[-150:], sep="\n")
+        print("The pages logged in their consoles (the last 100 lines):", *console[-100:], sep="\n")
 
 
 # The browser promises (drafts, sends, answers, sign-in) are tested on an idle machine and on a

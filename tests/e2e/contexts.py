@@ -68,6 +68,7 @@ class Contexts:
         self.browser = browser
         self.directory = directory
         self.entries: list[tuple[str, str]] = []  # (the cache key's path, the file here)
+        self.console: list[str] = []  # what the pages of these contexts logged (conftest.py prints it on a failure)
         self._files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Files, directory=str(directory)))
         threading.Thread(target=self._files.serve_forever, daemon=True).start()
         self.source = f"http://127.0.0.1:{self._files.server_address[1]}/"
@@ -125,6 +126,8 @@ class Contexts:
     def new(self, base_url: str, **options: Any) -> BrowserContext:
         context = self.browser.new_context(base_url=base_url, **options)
         self.seed(context, base_url)
+        context.on("console", lambda message: self.console.append(f"{message.type}: {message.text}"))
+        context.on("weberror", lambda error: self.console.append(f"uncaught: {error.error}"))
         return context
 
     def page(self, base_url: str, **options: Any) -> Page:

@@ -45,7 +45,8 @@ def new_chat(page: Page) -> None:
     drawer = page.get_by_role("button", name="Chats")
     if drawer.is_visible():  # a narrow screen: the chat list is a drawer
         drawer.click()
-    page.get_by_role("button", name="New chat", exact=True).click()
+    # (the first: a chat not named yet is a button "New chat" too, in the list after it)
+    page.get_by_role("button", name="New chat", exact=True).first.click()
     expect(page.locator(".chat-item")).to_have_count(before + 1)
     page.wait_for_function(
         "() => document.getElementById('composer-text').dataset.chat === "

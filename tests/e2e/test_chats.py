@@ -200,7 +200,7 @@ def test_on_a_phone_the_chats_are_a_drawer_and_nothing_is_cut_off(contexts: Cont
         drawer = page.get_by_role("navigation", name="Chats")
         expect(drawer).to_be_visible()
         expect(page.get_by_role("button", name="Chats")).to_have_attribute("aria-expanded", "true")
-        page.get_by_role("button", name="New chat", exact=True).click()
+        page.get_by_role("button", name="New chat", exact=True).first.click()
         expect(drawer).not_to_be_visible()  # a chat chosen: the drawer closes
         page.get_by_role("button", name="Chats").click()
         drawer.get_by_role("button", name=re.compile("A long message")).click()

@@ -262,7 +262,7 @@ def test_a_refused_message_stays_with_its_reason_until_resent_or_discarded(conte
     box.press("Enter")
     expect(refused).to_have_count(0)
     delivered = page.locator(".message.user", has_text="A short question.")
-    expect(delivered).not_to_have_class("pending", timeout=20_000)
+    expect(delivered).not_to_contain_class("pending", timeout=20_000)
     expect(page.locator(".message.assistant")).to_have_count(1)  # asked of the same assistant
 
     send(page, too_long + " Again.")
@@ -291,7 +291,7 @@ def test_stop_retry_edit_delete_and_copy_in_the_browser(contexts: Contexts, stri
 
     send(page, "a typo here")
     typo = page.locator(".message.user", has_text="a typo here")
-    expect(typo).not_to_have_class("pending", timeout=20_000)
+    expect(typo).not_to_contain_class("pending", timeout=20_000)
     typo.get_by_role("button", name="Edit").click()
     expect(page.locator("#composer-note")).to_contain_text("Send saves the change")  # no answer: in place
     page.get_by_role("textbox", name="Message").fill("no typo here")
