@@ -12,7 +12,8 @@
       and imports the stdlib with zipimport, either way.
   python scripts/slim_assets.py compress DIR                 a .br and a .gz beside each file of DIR
       (recursively) that compression makes smaller, at the smallest settings (made once, sent
-      often); a variant newer than its file is kept, so a second run does nothing.
+      often); a variant newer than its file is kept, so a second run does nothing, and a body
+      compressed before, in any checkout, is copied from ~/.cache/offline-chat/compressed.
 
 What stays in the stdlib is everything else: the local helper runs Python a user sends, which may
 import any of the general-purpose modules (statistics, fractions, csv, decimal, difflib, ...).
@@ -21,6 +22,7 @@ import any of the general-purpose modules (statistics, fractions, csv, decimal, 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import sys
@@ -93,15 +95,36 @@ def store(paths: list[Path]) -> None:
         write_if_changed(path, rewrite(source))
 
 
+# Compressed bodies by the SHA-256 of what they compress, and how: a new checkout's set-up copies
+# them instead of compressing again (brotli at its best setting is most of a set-up's time once
+# pip's and npm's caches are warm). Like those caches, it is outside the checkout.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "offline-chat" / "compressed"
+SETTINGS = {"br": "br-q11-w24", "gzip": "gz-9"}
+
+
+def _compressed(data: bytes, encoding: str) -> bytes:
+    """``data`` compressed as ``encoding``, from the cache when it has it."""
+    kept = CACHE / f"{hashlib.sha256(data).hexdigest()}.{SETTINGS[encoding]}"
+    try:
+        return kept.read_bytes()
+    except OSError:
+        pass
+    body = bytes(brotli.compress(data, quality=11, lgwin=24)) if encoding == "br" else gzip.compress(data, compresslevel=9, mtime=0)
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        temporary = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(body)
+        os.replace(temporary, kept)  # (whole or not at all: another set-up may read it meanwhile)
+    except OSError as error:  # (no cache: compressed again next time)
+        print(f"{kept}: not cached ({error})", file=sys.stderr)
+    return body
+
+
 def _variant(job: tuple[str, str]) -> str:
     path, encoding = Path(job[0]), job[1]
     data = path.read_bytes()
-    if encoding == "br":
-        body = bytes(brotli.compress(data, quality=11, lgwin=24))
-        target = path.with_name(path.name + ".br")
-    else:
-        body = gzip.compress(data, compresslevel=9, mtime=0)
-        target = path.with_name(path.name + ".gz")
+    body = _compressed(data, encoding)
+    target = path.with_name(path.name + (".br" if encoding == "br" else ".gz"))
     if len(body) <= len(data) * (1 - MIN_SAVING):
         temporary = target.with_name(target.name + ".tmp")
         temporary.write_bytes(body)
