@@ -59,6 +59,9 @@ def immutable(path: str) -> bool:
     return VERSIONED.fullmatch(path) is not None
 
 
+_loaded: dict[Path, tuple[tuple[tuple[str, int, int], ...], Assets]] = {}  # static dir -> (its files' stats, what they gave)
+
+
 def versioned_dir(static_dir: Path, name: str) -> str:
     """``vendor/<name>/<version>``: the one version set-up put there."""
     found = sorted(p.name for p in (static_dir / "vendor" / name).glob("*") if p.is_dir())
@@ -67,20 +70,26 @@ def versioned_dir(static_dir: Path, name: str) -> str:
     return f"vendor/{name}/{found[0]}"
 
 
+def _bundle_sources(root: Path = ROOT) -> list[Path]:
+    return [path for package in PYTHON_PACKAGES for path in sorted((root / package).rglob("*.py"))]
+
+
 def python_bundle(root: Path = ROOT) -> bytes:
     """A zip of the ``shared`` and ``webapp`` packages, unpacked by the bootstrap into Pyodide.
     Stored, not deflated: it goes out br/gzip compressed, one stream over all the files (smaller)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as bundle:
-        for package in PYTHON_PACKAGES:
-            for path in sorted((root / package).rglob("*.py")):
-                info = zipfile.ZipInfo(str(path.relative_to(root)), date_time=(2020, 1, 1, 0, 0, 0))
-                bundle.writestr(info, path.read_bytes(), zipfile.ZIP_STORED)
+        for path in _bundle_sources(root):
+            info = zipfile.ZipInfo(str(path.relative_to(root)), date_time=(2020, 1, 1, 0, 0, 0))
+            bundle.writestr(info, path.read_bytes(), zipfile.ZIP_STORED)
     return buffer.getvalue()
 
 
 @dataclass(frozen=True)
 class Assets:
+    """What ``load`` derived from the files of a static directory (frozen: shared by the apps of
+    a process while those files stay as they were)."""
+
     static_dir: Path
     bundle: bytes
     bundle_etag: str
@@ -105,6 +114,13 @@ class Assets:
             *(f"{pyodide}/{f}" for f in PYODIDE_CORE), STDLIB,
             "vendor/app-lock.json", *wheels,
         ]  # fmt: skip
+        # (Made again only when a file changed: the tests make an app for each test, and hashing
+        # 20 MB each time was a tenth of a second of every one of them.)
+        paths = [static_dir / name for name in files] + _bundle_sources()
+        signature = tuple((str(p), stat.st_mtime_ns, stat.st_size) for p in paths for stat in [p.stat()])
+        kept = _loaded.get(static_dir)
+        if kept is not None and kept[0] == signature:
+            return kept[1]
         bundle = python_bundle()
         digest = hashlib.sha256(bundle)
         bundle_etag = digest.hexdigest()[:32]  # (the bundle's own; the version goes on to the files)
@@ -113,13 +129,15 @@ class Assets:
             digest.update(hashlib.sha256((static_dir / name).read_bytes()).digest())
         version = digest.hexdigest()[:16]
         urls = ["/", *(f"/static/{f}" for f in files if f != "index.html"), "/py/app.zip"]
-        return cls(
+        assets = cls(
             static_dir=static_dir,
             bundle=bundle,
             bundle_etag=bundle_etag,
             precache=tuple(urls),
             version=version,
         )
+        _loaded[static_dir] = (signature, assets)
+        return assets
 
     def service_worker(self) -> str:
         template = (self.static_dir / "sw.js").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from html import escape
 from pathlib import Path
 
@@ -43,5 +44,10 @@ def help_page(heading: str, readme: Path = ROOT / "README.md") -> str:
             f" \u201c{escape(heading)}\u201d.</p>\n"
         )
     else:
-        body = MarkdownIt("commonmark", {"html": False}).enable("table").render(section)
+        body = _html(section)
     return PAGE.format(title=escape(heading), body=body)
+
+
+@functools.lru_cache(maxsize=4)  # (every app of a process renders the same section: once)
+def _html(markdown: str) -> str:
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)

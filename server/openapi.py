@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pydantic import BaseModel
@@ -96,7 +97,9 @@ ASSISTANT = {
 BINARY = {"type": "string", "format": "binary"}
 
 
+@functools.cache  # (the models' JSON Schema takes pydantic a fifth of a second: made once a process)
 def openapi() -> dict[str, Any]:
+    """The document /openapi.json serves (the same dict at every call: read it, never change it)."""
     models: list[tuple[type[BaseModel], Any]] = [
         (Credentials, "validation"),
         (Session, "serialization"),
