@@ -50,4 +50,5 @@ def help_page(heading: str, readme: Path = ROOT / "README.md") -> str:
 
 @functools.lru_cache(maxsize=4)  # (every app of a process renders the same section: once)
 def _html(markdown: str) -> str:
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    html: str = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    return html
