@@ -27,6 +27,7 @@ import io
 import os
 import sys
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -99,17 +100,22 @@ def store(paths: list[Path]) -> None:
 # them instead of compressing again (brotli at its best setting is most of a set-up's time once
 # pip's and npm's caches are warm). Like those caches, it is outside the checkout.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "offline-chat" / "compressed"
-SETTINGS = {"br": "br-q11-w24", "gzip": "gz-9"}
+# encoding -> (the cache's name for the settings, the compressor at those settings)
+HOW: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
+    "br": ("br-q11-w24", lambda data: bytes(brotli.compress(data, quality=11, lgwin=24))),
+    "gzip": ("gz-9", lambda data: gzip.compress(data, compresslevel=9, mtime=0)),
+}
 
 
 def _compressed(data: bytes, encoding: str) -> bytes:
     """``data`` compressed as ``encoding``, from the cache when it has it."""
-    kept = CACHE / f"{hashlib.sha256(data).hexdigest()}.{SETTINGS[encoding]}"
+    settings, compressor = HOW[encoding]
+    kept = CACHE / f"{hashlib.sha256(data).hexdigest()}.{settings}"
     try:
         return kept.read_bytes()
     except OSError:
         pass
-    body = bytes(brotli.compress(data, quality=11, lgwin=24)) if encoding == "br" else gzip.compress(data, compresslevel=9, mtime=0)
+    body = compressor(data)
     try:
         CACHE.mkdir(parents=True, exist_ok=True)
         temporary = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
