@@ -189,6 +189,13 @@ export function showSending({ id, chat, text }, files = []) {
   showJump(scroller);
 }
 
+// Python has the message: its next drawing of the list morphs the page's drawing of it in place,
+// or removes it, should Python not draw the message under this id (refused by the server by then,
+// or deleted: a refused one is drawn under its event's id).
+export function sendingTaken(id) {
+  byId(`m-${id}`)?.removeAttribute("data-sending");
+}
+
 // Python did not take it (it refused the message, or could not save it): the page's drawing goes.
 export function endSending(id) {
   const item = byId(`m-${id}`);

@@ -100,6 +100,11 @@ class View(MessagesView, ChatsView, Protocol):
         Python does not take it: the page's drawing goes. (One Python takes stays until Python's
         own drawing of it morphs that node in place: it is never off the screen in between.)"""
 
+    def sending_taken(self, message_id: str) -> None:
+        """Python has this message the page drew as it was sent: the next drawing of the list
+        morphs the page's node in place, or removes it should the message not be drawn under its
+        own id then (refused by the server before Python first drew it: drawn under the event's)."""
+
     def reveal(self, key: str) -> None:
         """Scroll the message list to this item and mark it for a moment (a search result)."""
 
@@ -721,11 +726,13 @@ class Client:
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if data.get("id") and message_id != data["id"]:  # (not an id: saved under one of Python's, drawn as that)
             self.view.end_sending(str(data["id"]))
-        if self.store.message(message_id) is not None:
-            self.pane.draw_soon()  # saved already (given twice): drawn, over the page's drawing of it
+        if self.store.message(message_id) is not None:  # saved already (given twice): drawn, over the page's drawing of it
+            self.view.sending_taken(message_id)
+            self.pane.draw_soon()
             return
         attached = await self._files_sent(draft_of, data)
         if self.store.message(message_id) is not None:
+            self.view.sending_taken(message_id)
             self.pane.draw_soon()
             return
         if not text and not attached:
@@ -777,6 +784,7 @@ class Client:
             self.view.put_back(draft_of, text, self.store.draft(draft_of))  # not saved: the text goes back
             await self._files_back(draft_of, attached)
             raise
+        self.view.sending_taken(message_id)  # (drawn, or gone, at the redraw below)
         if attached and self.uploads is not None:
             self.uploads.kick()
         self._refused.pop(draft_of, None)

@@ -367,6 +367,9 @@ class DomView:
     def end_sending(self, message_id: str) -> None:
         js.chatView.endSending(message_id)
 
+    def sending_taken(self, message_id: str) -> None:
+        js.chatView.sendingTaken(message_id)
+
     def reveal(self, key: str) -> None:
         js.chatView.reveal(key)
 

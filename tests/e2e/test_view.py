@@ -337,3 +337,31 @@ def test_the_painted_render_cache_is_taken_over_once_and_only_for_its_account_an
     for account, layout in (("u2", "L1"), ("u1", "L2")):
         page.evaluate(painted, "chat-1")
         assert page.evaluate(cached, [account, layout]) is None
+
+
+def test_a_sent_message_drawn_by_the_page_stays_until_python_has_it_then_is_morphed_or_goes(page: Page) -> None:
+    """The page draws a message as it is sent (showSending) and keeps that drawing through Python's
+    redraws until Python has the message (sendingTaken). Then Python's next drawing morphs that node
+    in place; or, should the message not be drawn under its id by then (refused by the server
+    before Python first drew it: drawn under its event's id), the page's drawing goes."""
+    a = message(1, "first")
+    patch(page, [item(a)[0]], dict([item(a)]), opened=True)
+    set_composer(page, CHAT, "")
+    kept, refused = message(2, "kept"), message(3, "refused")
+    for row in (kept, refused):
+        page.evaluate("(send) => chatView.showSending(send)", {"id": row.id, "chat": CHAT, "text": row.content})
+    hold(page, "kept", f"#m-{kept.id}")
+    patch(page, [item(a)[0]], {})  # (Python has neither yet)
+    assert ids(page) == [f"m-{m.id}" for m in (a, kept, refused)]
+
+    for row in (kept, refused):
+        page.evaluate("(id) => chatView.sendingTaken(id)", row.id)
+    assert ids(page) == [f"m-{m.id}" for m in (a, kept, refused)]  # (on screen until the next drawing)
+    patch(
+        page,
+        [item(a)[0], item(kept)[0], "r-refused-event"],
+        {item(kept)[0]: item(kept)[1], "r-refused-event": "<li id='r-refused-event' class='message user'>refused</li>"},
+    )
+    assert ids(page) == [f"m-{a.id}", f"m-{kept.id}", "r-refused-event"]
+    assert same(page, "kept", f"#m-{kept.id}")  # morphed in place, never off the screen
+    assert page.evaluate("(id) => document.getElementById(`m-${id}`).hasAttribute('data-sending')", kept.id) is False

@@ -32,6 +32,7 @@ class FakePage:
     restored: list[tuple[str, str]] = field(default_factory=list)  # (selector, text) given back to an input
     put_backs: list[tuple[str, str]] = field(default_factory=list)  # (chat, text) of a message not taken, back as its draft
     ended_sending: list[str] = field(default_factory=list)  # messages the page drew as sent, not taken: its drawing goes
+    taken_sending: list[str] = field(default_factory=list)  # messages the page drew as sent, taken: drawn (or gone) at the next draw
     status: str = ""
     status_text: str = ""
     focused: str = ""
@@ -100,6 +101,9 @@ class FakePage:
 
     def end_sending(self, message_id: str) -> None:
         self.ended_sending.append(message_id)
+
+    def sending_taken(self, message_id: str) -> None:
+        self.taken_sending.append(message_id)
 
     def reveal(self, key: str) -> None:
         assert key in self.items, "a message is revealed once it is drawn"

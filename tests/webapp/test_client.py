@@ -190,6 +190,9 @@ async def test_a_message_the_page_kept_is_saved_once_with_its_id_in_its_chat(tmp
     assert client.store.messages(made)[1].parent_id == sent["id"]
     assert len(client.store.chats()) == 1
     assert page.ended_sending == []  # (each taken: the page's drawing of it stays until Python's morphs it)
+    # ...and the page is told each is taken, the one given twice too: Python's next drawing of the
+    # list morphs the page's, or removes it should the message be drawn under another id by then.
+    assert page.taken_sending == [sent["id"], sent["id"], following["id"]]
     await client.dispatch("send", {"id": "not an id", "chat": made, "text": "a bad id", "assistant": ""})
     assert "a bad id" in [m.content for m in client.store.messages(made)]  # (given an id of Python's)
     assert page.ended_sending == ["not an id"]  # (drawn under Python's id: the page's drawing goes)
