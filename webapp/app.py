@@ -726,14 +726,10 @@ class Client:
         message_id = _uuid(data.get("id")) or self.s.new_id()
         if data.get("id") and message_id != data["id"]:  # (not an id: saved under one of Python's, drawn as that)
             self.view.end_sending(str(data["id"]))
-        if self.store.message(message_id) is not None:  # saved already (given twice): drawn, over the page's drawing of it
-            self.view.sending_taken(message_id)
-            self.pane.draw_soon()
+        if self._saved_already(message_id):
             return
         attached = await self._files_sent(draft_of, data)
-        if self.store.message(message_id) is not None:
-            self.view.sending_taken(message_id)
-            self.pane.draw_soon()
+        if self._saved_already(message_id):
             return
         if not text and not attached:
             self.view.end_sending(message_id)
@@ -794,6 +790,14 @@ class Client:
             self._draw_composer_files()
         if asked is not None and not run:
             await self._ask(asked, message, preset_id)
+
+    def _saved_already(self, message_id: str) -> bool:
+        """A send given twice (a reload between the two) is saved once: drawn, over the page's drawing."""
+        if self.store.message(message_id) is None:
+            return False
+        self.view.sending_taken(message_id)
+        self.pane.draw_soon()
+        return True
 
     async def _files_sent(self, draft_of: str, data: dict[str, Any]) -> tuple[Attachment, ...]:
         """The files a message from the composer takes: the draft's (a file attached just before
