@@ -256,8 +256,12 @@ function handOver(send, ready = null) {
     () => pending.forgetSend(send.id),
     (e) => {
       console.error("message not saved", e);
-      pending.forgetSend(send.id); // (Python puts its text back into the composer)
       view.endSending(send.id);
+      // Python puts its text back into its chat's draft, saying why; should it not have got that
+      // far, the page does, into the composer if it still shows that chat (nothing if it is there).
+      const box = document.getElementById("composer-text");
+      if (box?.dataset.chat === send.chat && box.hasAttribute("data-draft")) view.putBack(send.chat, send.text, "");
+      pending.forgetSend(send.id);
     },
   );
   sendChain = sendChain.then(give, give);

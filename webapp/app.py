@@ -728,57 +728,54 @@ class Client:
             self.view.end_sending(str(data["id"]))
         if self._saved_already(message_id):
             return
-        attached = await self._files_sent(draft_of, data)
-        if self._saved_already(message_id):
-            return
-        if not text and not attached:
-            self.view.end_sending(message_id)
-            return
-        chat_id = draft_of if self.store.chat(draft_of) else None
-        # The chat made, or named after its first message, with the message: one durable write.
-        chat_change: list[tuple[EventType, Payload]] = []
-        if chat_id is None:
-            chat = self._chat_made(_uuid(data.get("chat")) if data.get("newChat") else None, title_from(text))
-            chat_id, chat_change = chat.id, [(EventType.CHAT_CREATED, chat)]
-        elif (renamed := self.chats.titled(chat_id, text)) is not None:
-            chat_change = [(EventType.CHAT_UPDATED, renamed)]
-        chosen = str(data.get("assistant", self.choice.shown()))
-        assistant, preset_id = self.choice.resolve(chosen)
-        # While an answer is being written in the chat (or others wait before it), the message is
-        # queued: sent when the answer ends, by the server or by this device (shared/followups.py).
-        queue = chat_id in self.store.running() or bool(self.store.queued(chat_id))
-        if queue and len(self.store.queued(chat_id)) >= MAX_QUEUED:
-            self._refused[draft_of] = [f"Not sent: a chat holds at most {MAX_QUEUED} queued messages. It is back in the box."]
-            await self._files_back(draft_of, attached)
-            self.view.put_back(draft_of, text, self.store.draft(draft_of))
-            self.view.end_sending(message_id)
-            return
-        path = self.store.shown_path(chat_id)
-        message = Message(
-            id=message_id,
-            chat_id=chat_id,
-            role="user",
-            content=text,
-            attachments=attached,
-            parent_id=path[-1].id if path else None,
-            created_at=self.s.now(),
-        )
-        if queue:
-            message = message.model_copy(update={"status": "queued", "assistant_id": assistant or None, "preset_id": preset_id})
-        asked = self.choice.get(assistant) if assistant != NO_ASSISTANT and not queue else None
-        run: list[tuple[EventType, Payload]] = []
-        if isinstance(asked, RemoteAssistant):  # (its run request goes with the message: never one without the other)
-            run = [(EventType.ASSISTANT_RUN_REQUESTED, asked.request(message, self.s.new_id, preset_id))]
+        attached: tuple[Attachment, ...] = ()
         try:
+            attached = await self._files_sent(draft_of, data)
+            if self._saved_already(message_id):
+                return
+            if not text and not attached:
+                self.view.end_sending(message_id)
+                return
+            chat_id = draft_of if self.store.chat(draft_of) else None
+            # The chat made, or named after its first message, with the message: one durable write.
+            chat_change: list[tuple[EventType, Payload]] = []
+            if chat_id is None:
+                chat = self._chat_made(_uuid(data.get("chat")) if data.get("newChat") else None, title_from(text))
+                chat_id, chat_change = chat.id, [(EventType.CHAT_CREATED, chat)]
+            elif (renamed := self.chats.titled(chat_id, text)) is not None:
+                chat_change = [(EventType.CHAT_UPDATED, renamed)]
+            chosen = str(data.get("assistant", self.choice.shown()))
+            assistant, preset_id = self.choice.resolve(chosen)
+            # While an answer is being written in the chat (or others wait before it), the message is
+            # queued: sent when the answer ends, by the server or by this device (shared/followups.py).
+            queue = chat_id in self.store.running() or bool(self.store.queued(chat_id))
+            if queue and len(self.store.queued(chat_id)) >= MAX_QUEUED:
+                await self._not_taken(message_id, draft_of, text, attached, f"a chat holds at most {MAX_QUEUED} queued messages")
+                return
+            path = self.store.shown_path(chat_id)
+            message = Message(
+                id=message_id,
+                chat_id=chat_id,
+                role="user",
+                content=text,
+                attachments=attached,
+                parent_id=path[-1].id if path else None,
+                created_at=self.s.now(),
+            )
+            if queue:
+                message = message.model_copy(update={"status": "queued", "assistant_id": assistant or None, "preset_id": preset_id})
+            asked = self.choice.get(assistant) if assistant != NO_ASSISTANT and not queue else None
+            run: list[tuple[EventType, Payload]] = []
+            if isinstance(asked, RemoteAssistant):  # (its run request goes with the message: never one without the other)
+                run = [(EventType.ASSISTANT_RUN_REQUESTED, asked.request(message, self.s.new_id, preset_id))]
             if attached:  # queued before the message is in the outbox (durable with it): it never waits for a file not queued
                 await self.store.enqueue_uploads(attached, durable=False)
             await self._submit(
                 EventType.MESSAGE_APPENDED, message, draft_of=draft_of, draft_files=[a.sha256 for a in attached],
                 before=chat_change, after=run,
             )  # fmt: skip
-        except Exception:
-            self.view.put_back(draft_of, text, self.store.draft(draft_of))  # not saved: the text goes back
-            await self._files_back(draft_of, attached)
+        except Exception:  # (whatever failed: nothing typed is lost)
+            await self._not_taken(message_id, draft_of, text, attached, "it could not be saved on this device")
             raise
         self.view.sending_taken(message_id)  # (drawn, or gone, at the redraw below)
         if attached and self.uploads is not None:
@@ -790,6 +787,14 @@ class Client:
             self._draw_composer_files()
         if asked is not None and not run:
             await self._ask(asked, message, preset_id)
+
+    async def _not_taken(self, message_id: str, draft_of: str, text: str, attached: tuple[Attachment, ...], why: str) -> None:
+        """A message from the composer not saved: its text and files back in the draft it was
+        sent from, the page's drawing of it gone, and the composer saying why."""
+        self._refused[draft_of] = [f"Not sent: {why}. It is back in the box."]
+        await self._files_back(draft_of, attached)
+        self.view.put_back(draft_of, text, self.store.draft(draft_of))
+        self.view.end_sending(message_id)
 
     def _saved_already(self, message_id: str) -> bool:
         """A send given twice (a reload between the two) is saved once: drawn, over the page's drawing."""

@@ -80,6 +80,8 @@ class BrowserDevice:
         (seen after a SIGKILL on a loaded machine) is recorded and opened again."""
         for attempt in range(tries):
             self.context = await self.playwright.chromium.launch_persistent_context(str(self.profile), base_url=self.url, **launch_args())
+            self.context.on("console", self._console)
+            self.context.on("weberror", lambda error: self._logged(str(error.error)))
             page = self.context.pages[0] if self.context.pages else await self.context.new_page()
             try:
                 await page.goto("/")
@@ -94,6 +96,15 @@ class BrowserDevice:
             self.page = page
             return page
         raise AssertionError("unreachable")
+
+    def _console(self, message: Any) -> None:
+        """What the page logs as an error (an action that failed, a message not saved), in the
+        history beside what was done: what an anomaly's diagnosis starts from."""
+        if message.type == "error":
+            self._logged(message.text)
+
+    def _logged(self, text: str) -> None:
+        self.history.record({"op": "console", "browser": self.name, "text": text[:2000]})
 
     async def sign_in(self, username: str) -> None:
         page = await self.open()

@@ -57,6 +57,9 @@ def summary(records: list[dict[str, Any]], report: Report) -> str:
         )
     lines.append(f"operations: {sum(did.values())} ({', '.join(f'{k} {n}' for k, n in did.most_common())})")
     lines.append(f"faults: {sum(faults.values())} ({', '.join(f'{k} {n}' for k, n in faults.most_common())})")
+    logged = [r for r in records if r["op"] == "console"]
+    if logged:  # (in the history: the pages' errors, beside what was done when they came)
+        lines.append(f"the pages logged {len(logged)} errors, the first: {logged[0]['text'][:300]}")
     lines.append(f"anomalies: {report.anomalies} ({', '.join(f'{k} {report.counts[k]}' for k in COUNTS)})")
     lines.extend("  " + detail for detail in report.details[:50])
     return "\n".join(lines)

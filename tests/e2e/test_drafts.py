@@ -49,6 +49,19 @@ def test_a_draft_is_back_after_a_reload(contexts: Contexts, server: Server, load
     expect(page.get_by_role("list", name="Messages").get_by_text("something I have not sent yet, and more", exact=True)).to_have_count(1)
     expect(box).to_have_value("")
     expect(page.locator(".chat-item.selected")).not_to_contain_text("Draft")
+
+    # A message Python could not save, whatever failed, comes back into the box saying why, and
+    # stays there as the draft (the page forgets a send once Python has answered it).
+    page.evaluate("(code) => pyodide.runPython(code)", "def _broken(*args):\n    raise OSError('disk full')\nchat_client.store.shown_path = _broken")
+    box.fill("a message that could not be saved")
+    box.press("Enter")
+    expect(page.get_by_text("Not sent: it could not be saved on this device. It is back in the box.")).to_be_visible()
+    expect(box).to_have_value("a message that could not be saved")
+    expect(page.get_by_role("list", name="Messages").get_by_text("a message that could not be saved")).to_have_count(0)
+    expect(page.locator(".chat-item.selected")).to_contain_text("Draft")
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]", timeout=60_000)
+    expect(box).to_have_value("a message that could not be saved")
     page.context.close()
 
 

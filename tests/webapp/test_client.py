@@ -215,18 +215,26 @@ async def test_drafts_the_page_kept_are_adopted_before_the_composer_is_drawn(tmp
     assert reloaded.store.drafted() == {chat}
 
 
-async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("failing", ["add_local", "shown_path"])
+async def test_a_message_that_could_not_be_saved_goes_back_into_the_composer_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
+    """Whatever fails before the message is durable (its write, or anything Python does before
+    it), its text goes back into the composer with the reason, and the page's drawing of it goes:
+    the page forgets a send once Python has answered it, so nothing else would keep it."""
     client, page = await signed_in(tmp_path)
 
-    async def disk_full(*events: object, **kwargs: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(client.store, "add_local", disk_full)
+    monkeypatch.setattr(client.store, failing, broken)
+    chat = client.selected or ""
     with pytest.raises(OSError):
-        await client.dispatch("send", {"text": "keep me"})
-    assert page.put_backs == [(client.selected, "keep me")]  # (the page puts it before what was typed since)
+        await client.dispatch("send", {"id": "0190a000-0000-7000-8000-000000000001", "chat": chat, "text": "keep me"})
+    assert page.put_backs == [(chat, "keep me")]  # (the page puts it before what was typed since)
+    assert page.ended_sending == ["0190a000-0000-7000-8000-000000000001"] and page.taken_sending == []
+    assert "Not sent: it could not be saved on this device. It is back in the box." in page.regions["composer-files"]
+    assert client.store.message("0190a000-0000-7000-8000-000000000001") is None
 
 
 async def test_unknown_actions_are_errors(tmp_path: Path) -> None:
