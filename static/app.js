@@ -221,6 +221,10 @@ pending.onDraftKept((chat, { text }) => {
 // read before anything else: a composer painted with older text gets the newer, and the messages
 // show at once, as being saved, and go to Python first once it is up.
 const keptAtStart = pending.read();
+if (globalThis.chatPainted) { // (the painted composer at its text's height: the cache keeps no size, view.js: saveScreen)
+  const box = document.getElementById("composer-text");
+  if (box) view.fitComposer(box);
+}
 keptAtStart.then(({ drafts }) => {
   const box = document.getElementById("composer-text");
   const painted = globalThis.chatPainted;

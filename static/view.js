@@ -413,6 +413,9 @@ export function saveScreen() {
     .forEach((element) => element.remove());
   const editing = !box.hasAttribute("data-draft");
   copy.querySelector("#composer-text")?.setAttribute("data-draft", "");
+  // (A size the page set, the composer's height: painted back it would be inline style, which the
+  // Content Security Policy refuses. The page fits the composer again once it is up.)
+  copy.querySelectorAll("[style]").forEach((element) => element.removeAttribute("style"));
   const record = {
     account: remembered.account,
     layout: remembered.layout,

@@ -85,7 +85,8 @@ _failed = pytest.StashKey[bool]()
 def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> Iterator[None]:
     """A failed test's report ends with what the server did meanwhile (its requests but for the
     app's files, their statuses, any traceback): whether a page's request reached it, and how it
-    was answered; and what the pages logged (Python's failures among it)."""
+    was answered; and what the pages logged (Python's failures among it). A test that passed
+    fails if a page broke the Content Security Policy."""
     start = server.log.stat().st_size if server.log.exists() else 0
     console = request.getfixturevalue("contexts").console if "contexts" in request.fixturenames else []
     console.clear()
@@ -96,6 +97,12 @@ def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> It
         logged = [line for line in lines if not any(f in line for f in files)]
         print("The server logged during this test (its last 150 lines):", *logged[-150:], sep="\n")
         print("The pages logged in their consoles (the last 100 lines):", *console[-100:], sep="\n")
+        return
+    # The app's own markup never needs what its Content Security Policy refuses (server/headers.py):
+    # a refusal is a bug even when nothing visible came of it (found: the render cache kept the
+    # composer's height as an inline style).
+    refused = [line for line in console if "Content Security Policy" in line]
+    assert not refused, f"a page broke its Content Security Policy: {refused[:3]}"
 
 
 # The browser promises (drafts, sends, answers, sign-in) are tested on an idle machine and on a
