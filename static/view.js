@@ -396,7 +396,8 @@ export function saveScreen() {
   clearTimeout(saveTimer);
   const box = byId("composer-text");
   if (!remembered || !box) return; // not the chats (a sign-in, or the chats are open in another tab)
-  const copy = byId("root").cloneNode(true);
+  // (Copied into a document with no window: a copy in this one would load its images again.)
+  const copy = document.implementation.createHTMLDocument("").importNode(byId("root"), true);
   copy.querySelector("#session")?.replaceChildren();
   copy.querySelector("#scroller")?.removeAttribute("data-watched"); // (the next page watches it anew)
   copy.querySelectorAll("#chat-head [role=alertdialog], #chat-head form").forEach((element) => element.remove());

@@ -126,7 +126,7 @@ class Contexts:
     def new(self, base_url: str, **options: Any) -> BrowserContext:
         context = self.browser.new_context(base_url=base_url, **options)
         self.seed(context, base_url)
-        context.on("console", lambda message: self.console.append(f"{message.type}: {message.text}"))
+        context.on("console", lambda message: self.console.append(f"{message.type}: {message.text} (at {message.location})"))
         context.on("weberror", lambda error: self.console.append(f"uncaught: {error.error}"))
         return context
 
