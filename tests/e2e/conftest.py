@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -107,8 +108,8 @@ def _server_log_on_failure(request: pytest.FixtureRequest, server: Server) -> It
 
 # The browser promises (drafts, sends, answers, sign-in) are tested on an idle machine and on a
 # loaded one, as a slow phone is: a test parametrized with `load` runs twice, the second time
-# beside a process spinning on a core. A test that passes only idle is a bug in the product.
-SPIN = "while True: pass"
+# beside at least a core's worth of other work (tests/e2e/load.py: a process spinning for what
+# the rest of the machine leaves of a core). A test that passes only idle is a bug in the product.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -140,7 +141,7 @@ def load(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pytest.fail("another loaded variant is running on the other worker: their xdist group was not applied")
-        spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+        spinner = subprocess.Popen([sys.executable, "-m", "tests.e2e.load", str(os.getpid())], cwd=ROOT)
         try:
             yield "loaded"
         finally:
