@@ -8,7 +8,7 @@ from pathlib import Path
 from playwright.sync_api import Playwright, expect
 
 from tests.e2e.contexts import Contexts
-from tests.e2e.pages import BOOT_TIMEOUT, signed_up
+from tests.e2e.pages import BOOT_TIMEOUT, signed_up, wait_until
 from tests.e2e.profiles import kill, reopened, signed_up_in_a_profile
 from tests.processes import Server
 
@@ -62,6 +62,13 @@ def test_a_draft_is_back_after_a_reload(contexts: Contexts, server: Server, load
     page.reload()
     page.wait_for_selector("body[data-ready=true]", timeout=60_000)
     expect(box).to_have_value("a message that could not be saved")
+
+    # ...and should Python fail before it gets that far, the page puts the text back itself.
+    page.evaluate("(code) => pyodide.runPython(code)", "async def _failing(data):\n    raise OSError('gone')\nchat_client._on_send = _failing")
+    box.press("Enter")
+    wait_until(page, lambda: any("message not saved" in line for line in contexts.console), "the send did not fail")
+    expect(box).to_have_value("a message that could not be saved")
+    expect(page.get_by_role("list", name="Messages").get_by_text("a message that could not be saved")).to_have_count(0)
     page.context.close()
 
 
