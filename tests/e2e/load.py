@@ -51,24 +51,24 @@ def tree_busy(*roots: int) -> int:
     return total
 
 
-def others(root: int, machine: int, tree: int) -> tuple[float, int, int]:
-    """The cores the processes outside ``root``'s tree (and this one's) kept busy in the last
-    window, since the ticks given, and the ticks now."""
-    machine_now, tree_now = machine_busy(), tree_busy(root, os.getpid())
-    return max(0, (machine_now - machine) - (tree_now - tree)) / (HZ * WINDOW), machine_now, tree_now
+def sample(root: int) -> tuple[float, int, int]:
+    """(the time, the machine's busy ticks, those of ``root``'s tree and this process's)."""
+    return time.monotonic(), machine_busy(), tree_busy(root, os.getpid())
 
 
 def main(root: int) -> None:
-    machine, tree = machine_busy(), tree_busy(root, os.getpid())
+    before = sample(root)
     missing = 1.0
     while True:
-        until = time.monotonic() + WINDOW
-        spin_until = time.monotonic() + WINDOW * missing
-        while time.monotonic() < spin_until:
+        start = time.monotonic()
+        while time.monotonic() < start + WINDOW * missing:
             pass
-        time.sleep(max(0.0, until - time.monotonic()))
-        busy, machine, tree = others(root, machine, tree)
-        missing = min(1.0, max(0.0, 1.0 - busy))
+        time.sleep(max(0.0, start + WINDOW - time.monotonic()))
+        now = sample(root)
+        # The cores the processes outside the tree kept busy since the last sample (the time
+        # between two samples, not the window: on a busy machine a sample takes a while).
+        others = max(0, (now[1] - before[1]) - (now[2] - before[2])) / (HZ * (now[0] - before[0]))
+        missing, before = min(1.0, max(0.0, 1.0 - others)), now
 
 
 if __name__ == "__main__":
