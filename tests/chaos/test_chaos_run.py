@@ -29,5 +29,9 @@ def test_a_minute_of_chaos_on_two_servers_finds_no_anomaly(tmp_path: Path) -> No
     did = {r["what"] for r in records if r["op"] == "did"}
     assert {"write", "ask", "edit", "stop", "retry", "queue", "attach", "browser-send"} <= did, did
     assert check(records).anomalies == 0
+    # What the page logged as errors: only the network's (a server down, a session ended, a file
+    # not uploaded yet), never the app's own (an action that failed, a CSP refusal).
+    logged = [r["text"] for r in records if r["op"] == "console"]
+    assert [text for text in logged if not text.startswith("Failed to load resource:")] == [], logged
     finals = [r for r in records if r["op"] == "final"]
     assert len(finals) == 6 and all(len(r["messages"]) > 20 for r in finals)
