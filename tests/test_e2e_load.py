@@ -40,3 +40,13 @@ def test_beside_the_test_there_is_always_a_core_of_other_work_and_the_load_spins
         with running(sys.executable, "-c", "while True: pass"):
             time.sleep(0.5)
             assert cores(lambda: tree_busy(load.pid)) <= 0.35
+
+
+def test_the_load_inside_the_tests_tree_counts_itself_once() -> None:
+    """As conftest.py starts it, the load is inside the test's tree (here: the tree is the load
+    itself). Beside a process spinning on a core outside it, it leaves that core be; counted twice,
+    its own spinning would hide as much of the others' and it would go on spinning."""
+    with running(sys.executable, "-c", "while True: pass"):
+        with running("sh", "-c", f"exec {sys.executable} -m tests.e2e.load $$") as load:
+            time.sleep(0.5)
+            assert cores(lambda: tree_busy(load.pid)) <= 0.35

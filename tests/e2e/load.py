@@ -43,12 +43,14 @@ def tree_busy(*roots: int) -> int:
         fields = stat[stat.rindex(")") + 2 :].split()  # (after the command's name, which may hold spaces)
         children.setdefault(int(fields[1]), []).append(int(name))
         ticks[int(name)] = sum(int(n) for n in fields[11:15])  # utime, stime, cutime, cstime
-    total, stack = 0, list(roots)
-    while stack:
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:  # (each process once: this one is below the test's when the test started it)
         pid = stack.pop()
-        total += ticks.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
+        if pid not in seen:
+            seen.add(pid)
+            stack.extend(children.get(pid, []))
+    return sum(ticks.get(pid, 0) for pid in seen)
 
 
 def sample(root: int) -> tuple[float, int, int]:
