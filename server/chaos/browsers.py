@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import BrowserContext, Page, Playwright
+from playwright.async_api import BrowserContext, ConsoleMessage, Page, Playwright
 
 from server.chaos.checker import tag_of
 from server.chaos.devices import PASSWORD
@@ -97,7 +97,7 @@ class BrowserDevice:
             return page
         raise AssertionError("unreachable")
 
-    def _console(self, message: Any) -> None:
+    def _console(self, message: ConsoleMessage) -> None:
         """What the page logs as an error (an action that failed, a message not saved), in the
         history beside what was done: what an anomaly's diagnosis starts from."""
         if message.type == "error":
