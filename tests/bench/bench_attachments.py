@@ -76,9 +76,11 @@ OBSERVE = """() => {
       const img = [...document.querySelectorAll("#messages img")].find((i) => i.alt === name);
       return img && img.complete && img.naturalWidth > 0;
     },
+    // Python's drawing of the message (a file's size is in it, not in the page's own drawing at
+    // Enter, which loses its data-sending as soon as Python has the message) with no upload state.
     uploaded: (text) => {
-      const li = [...document.querySelectorAll("#messages li.message:not([data-sending])")].find((m) => m.textContent.includes(text));
-      return li && li.querySelector(".files") && !li.querySelector("[data-upload]");
+      const li = [...document.querySelectorAll("#messages li.message")].find((m) => m.textContent.includes(text));
+      return li && li.querySelector(".files .size") && !li.querySelector("[data-upload]");
     },
   };
   window.benchSeen = {};
