@@ -28,11 +28,16 @@ Against the app with two trivial routes beside it (tests/bench/echo_server.py, o
 
 ``--steps`` prints, for each run, the page's Python steps of 10 ms or more and the long tasks
 they fall in (tests/bench/page_steps.py); ``--profile`` adds each one's profile (slower).
+``--cpu`` records a Chrome trace of each upload run (attach to uploaded) and prints each task of
+the page's main thread over 50 ms with the CPU time that thread had in it: a task that long with
+little CPU waited for a core (the browser, the server and the hashing worker share this
+machine's), rather than did that much work.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import struct
@@ -45,8 +50,9 @@ import urllib.request
 import uuid
 import zlib
 from pathlib import Path
+from typing import Any
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from server.config import ROOT
 from tests.bench import page_steps
@@ -245,13 +251,43 @@ UPLOAD_SPAN = """() => {
 }"""
 
 
-def upload_run(browser: object, url: str, size: int, steps: bool = False, profile: bool = False) -> dict[str, float]:
+def task_cpu(trace: bytes, url: str) -> list[tuple[float, float]]:
+    """(wall ms, thread CPU ms) of each task over 50 ms on the main thread of the page at ``url``,
+    from a Chrome trace (its renderer: the process of the frame at that address)."""
+    events = json.loads(trace)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    pids = {
+        frame.get("processId")
+        for e in events if e.get("name") == "TracingStartedInBrowser"
+        for frame in e.get("args", {}).get("data", {}).get("frames", []) if frame.get("url", "").startswith(url)
+    }  # fmt: skip
+    main = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain" and e["pid"] in pids
+    }
+    tasks = sorted(
+        (e for e in events if e.get("ph") == "X" and e.get("name") == "RunTask" and (e.get("pid"), e.get("tid")) in main),
+        key=lambda e: e["ts"],
+    )
+    found, end = [], -1
+    for task in tasks:  # (the outermost: a task within another is part of it)
+        if task["ts"] >= end:
+            end = task["ts"] + task["dur"]
+            if task["dur"] > 50_000:
+                found.append((task["dur"] / 1000, task.get("tdur", 0) / 1000))
+    return found
+
+
+def upload_run(browser: Browser, url: str, size: int, steps: bool = False, profile: bool = False, cpu: bool = False) -> dict[str, Any]:
     page = fresh_page(browser, url)
     if steps:
         page_steps.install(page, profile=profile)
     data = os.urandom(size)
     page.wait_for_timeout(1000)  # (settled: the renderers' memory from here)
     before = renderers_rss()
+    if cpu:
+        browser.start_tracing(page=page, categories=["toplevel", "disabled-by-default-devtools.timeline"])  # (its frames, named there)
     with Sampler() as sampler:
         watch(page, "attached", "film.bin")
         attach(page, "film.bin", "application/octet-stream", data)
@@ -263,6 +299,7 @@ def upload_run(browser: object, url: str, size: int, steps: bool = False, profil
         page.evaluate("() => performance.clearResourceTimings()")  # (room for the upload's: the buffer holds 250)
         page.locator("textarea[name=text]").press("Enter")
         upload = seen(page, "uploaded", "the film", "benchSentAt", timeout=300_000)
+    traced = task_cpu(browser.stop_tracing(), url) if cpu else []
     # From the attach (its change event's task) on; and, beside, all of them since the new chat
     # (the sign-up's start-up work, the 1 s before the attach, the attach).
     every = page.evaluate("() => window.benchLongTasks")
@@ -276,6 +313,7 @@ def upload_run(browser: object, url: str, size: int, steps: bool = False, profil
         "upload": upload, "own": own, "put": put, "growth": (sampler.peak - before) / size,
         "tasks": len(tasks), "over50": sum(1 for t in tasks if t["ms"] > 50), "longest": max((t["ms"] for t in tasks), default=0.0),
         "since_chat": len(every), "longest_since_chat": max((t["ms"] for t in every), default=0.0),
+        "traced": traced,
     }  # fmt: skip
 
 
@@ -295,6 +333,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["image", "upload"], default=None)
     parser.add_argument("--steps", action="store_true", help="print the page's Python steps of 10 ms or more (tests/bench/page_steps.py)")
     parser.add_argument("--profile", action="store_true", help="with --steps: each long step's profile (slows Python down)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="the main thread's CPU in each task over 50 ms of an upload run (a Chrome trace)"
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
     port = free_port()
@@ -320,7 +361,7 @@ def main() -> None:
             if args.only == "image":
                 return
             size = 50 * MB
-            runs = [upload_run(browser, url, size, args.steps, args.profile) for _ in range(args.runs)]
+            runs = [upload_run(browser, url, size, args.steps, args.profile, args.cpu) for _ in range(args.runs)]
             upload = statistics.median(r["upload"] for r in runs)
             put = statistics.median(r["put"] for r in runs)
             own = statistics.median(r["own"] for r in runs)
@@ -333,6 +374,9 @@ def main() -> None:
                   + ", ".join(f"{r['growth']:.2f}x" for r in runs) + " the file")  # fmt: skip
             print("long tasks from attach to uploaded: "
                   + "; ".join(f"{r['tasks']:.0f} ({r['over50']:.0f} over 50 ms, longest {r['longest']:.0f} ms)" for r in runs))  # fmt: skip
+            if args.cpu:
+                print("tasks over 50 ms in the trace, attach to uploaded (wall / the main thread's CPU): "
+                      + "; ".join(", ".join(f"{w:.0f}/{c:.0f} ms" for w, c in r["traced"]) or "none" for r in runs))  # fmt: skip
             print("long tasks from the new chat (1 s before the attach) to uploaded: "
                   + "; ".join(f"{r['since_chat']:.0f} (longest {r['longest_since_chat']:.0f} ms)" for r in runs))  # fmt: skip
             browser.close()
