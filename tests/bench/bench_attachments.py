@@ -205,9 +205,9 @@ def attach(page: Page, name: str, mime: str, data: bytes) -> None:
     chooser.value.set_files(path)
 
 
-def fresh_page(browser: object, url: str) -> Page:
-    context = browser.new_context(base_url=url)  # type: ignore[attr-defined]
-    page: Page = context.new_page()
+def fresh_page(browser: Browser, url: str) -> Page:
+    context = browser.new_context(base_url=url)
+    page = context.new_page()
     open_app(page)
     sign(page, f"bench{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
     page.get_by_role("button", name="New chat").first.click()
@@ -215,7 +215,7 @@ def fresh_page(browser: object, url: str) -> Page:
     return page
 
 
-def image_run(browser: object, url: str, image: bytes, steps: bool = False, profile: bool = False) -> tuple[float, float, float]:
+def image_run(browser: Browser, url: str, image: bytes, steps: bool = False, profile: bool = False) -> tuple[float, float, float]:
     """The chip shown, the message shown after Enter (pressed once the chip shows: the file may
     still be being hashed and kept), and, in a second attach of the same image, how long until
     it is attached (hashed and kept: its Remove button)."""
@@ -261,13 +261,13 @@ def task_cpu(trace: bytes, url: str) -> list[tuple[float, float]]:
         for e in events if e.get("name") == "TracingStartedInBrowser"
         for frame in e.get("args", {}).get("data", {}).get("frames", []) if frame.get("url", "").startswith(url)
     }  # fmt: skip
-    main = {
+    threads = {
         (e["pid"], e["tid"])
         for e in events
         if e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain" and e["pid"] in pids
     }
     tasks = sorted(
-        (e for e in events if e.get("ph") == "X" and e.get("name") == "RunTask" and (e.get("pid"), e.get("tid")) in main),
+        (e for e in events if e.get("ph") == "X" and e.get("name") == "RunTask" and (e.get("pid"), e.get("tid")) in threads),
         key=lambda e: e["ts"],
     )
     found, end = [], -1
