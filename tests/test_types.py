@@ -60,8 +60,14 @@ def test_a_new_event_type_or_payload_fails_type_checking_until_every_place_handl
     text = text.replace("Payload = Chat | Message", "class TestOnlyRef(Wire):\n    id: str\n\n\nPayload = TestOnlyRef | Chat | Message")
     assert "TEST_ONLY" in text and "TestOnlyRef" in text
     models.write_text(text)
+    # From what the whole-tree check above left in the cache, when it has run: the copy's files
+    # other than the models have the same paths, sizes and times as the originals, so mypy checks
+    # again only what the change reaches (a third of the time; everything when there is no cache).
+    cache = tmp_path / "mypy-cache"
+    if (ROOT / ".mypy_cache").is_dir():
+        shutil.copytree(ROOT / ".mypy_cache", cache)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), "shared", "server"],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), "--config-file", str(ROOT / "pyproject.toml"), "shared", "server"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
