@@ -82,7 +82,7 @@ async def _add_user(settings: Settings, username: str) -> int:
     store = open_store(settings.database_url, utc_now)
     await store.open()
     try:
-        await store.create_account(str(uuid.uuid4()), creds.username, auth.hash_password(creds.password))
+        await store.create_account(str(uuid.uuid4()), creds.username, auth.hash_password(creds.password, settings))
     except UsernameTaken:
         print(f"cannot add {username!r}: this username is taken", file=sys.stderr)
         return 1

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Argon2id's least memory: 8 KiB for each of its lanes (server/auth.py hashes with 4).
+PASSWORD_MIN_MEMORY_KIB = 8 * 4
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class Settings:
     blob_dir: str = ""  # where attachments' files go with SQLite; none: "blobs" beside the database
     rate_limit_per_minute: float = 1200.0
     auth_rate_limit_per_minute: float = 30.0
+    password_memory_kib: int = 65536  # Argon2id's memory for each password it hashes (server/auth.py)
+    password_time_cost: int = 3  # Argon2id's passes over that memory
     ping_seconds: float = 25.0
     session_cache_seconds: float = 5.0
     compact_interval_seconds: float = 300.0
@@ -49,6 +53,8 @@ class Settings:
             raise SystemExit("certfile and keyfile go together: give both to serve HTTPS, or neither")
         if self.trusted_proxies < 0:
             raise SystemExit("trusted-proxies is a number of proxies: 0 or more")
+        if self.password_time_cost < 1 or self.password_memory_kib < PASSWORD_MIN_MEMORY_KIB:
+            raise SystemExit(f"password-time-cost is 1 or more, and password-memory-kib {PASSWORD_MIN_MEMORY_KIB} or more")
         if self.max_file_bytes < 0 or self.max_account_bytes < 0:
             raise SystemExit("max-file-bytes and max-account-bytes are numbers of bytes: 0 or more")
 

@@ -16,6 +16,13 @@ from hypothesis import settings
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
+# The tests' accounts are hashed with Argon2id at its least cost (settings of the server, whose
+# defaults cost about 0.2 s of CPU a sign-up or login: the tests outside tests/e2e spent about
+# 100 s of CPU on them). In-process apps get it from their Settings; the servers the tests start
+# as processes (and theirs: the chaos checker's, the command-line tools') from the environment.
+QUICK_PASSWORDS = {"password_memory_kib": 32, "password_time_cost": 1}
+os.environ.update({f"CHAT_{name.upper()}": str(value) for name, value in QUICK_PASSWORDS.items()})
+
 # The PostgreSQL the tests use (a server runs at 127.0.0.1:5432 on these machines; CI too).
 # A missing server fails the tests that need it, loudly: it is never a skip.
 POSTGRES_URL = os.environ.get("CHAT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -53,7 +53,7 @@ def create_blueprint(parts: Parts) -> Blueprint:
             raise ApiError(403, "forbidden", "Sign-up is closed here: ask the administrator for an account.")
         creds = await credentials()
         account_id = str(uuid.uuid4())
-        password_hash = await asyncio.to_thread(auth.hash_password, creds.password)
+        password_hash = await asyncio.to_thread(auth.hash_password, creds.password, parts.settings)
         await store.create_account(account_id, creds.username, password_hash)  # (UsernameTaken: 409)
         return session_response(await start_session(account_id, creds.device_name), 201)
 

@@ -9,12 +9,13 @@ from quart.typing import TestClientProtocol as Client
 
 from server.app import create_app
 from server.config import Settings
+from tests.conftest import QUICK_PASSWORDS
 from tests.fake_upstream import FakeUpstream
 
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=database_url, ping_seconds=0.5))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url, ping_seconds=0.5))
     async with app.test_app():
         yield app
 

@@ -8,6 +8,7 @@ import sys
 
 from server.app import create_app
 from server.config import ROOT, Settings
+from tests.conftest import QUICK_PASSWORDS
 
 
 def add_user(database_url: str, username: str, password: str) -> subprocess.CompletedProcess[str]:
@@ -22,7 +23,7 @@ def add_user(database_url: str, username: str, password: str) -> subprocess.Comp
 
 
 async def test_closed_signup_and_add_user(database_url: str) -> None:
-    app = create_app(Settings(database_url=database_url, signup="closed"))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url, signup="closed"))
     async with app.test_app():
         client = app.test_client()
         refused = await client.post("/auth/signup", json={"username": "eve", "password": "long enough"})

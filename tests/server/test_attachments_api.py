@@ -20,6 +20,7 @@ from server.blobs import sniff
 from server.config import Settings
 from server.headers import content_security_policy
 from server.routes.blobs import SANDBOX
+from tests.conftest import QUICK_PASSWORDS
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, new_id
 from tests.server.stores import Clock
@@ -40,7 +41,7 @@ def clock() -> Clock:
 
 
 def settings_for(database_url: str, **overrides: Any) -> Settings:
-    return Settings(database_url=database_url, rate_limit_per_minute=0, compact_interval_seconds=0, **overrides)
+    return Settings(**QUICK_PASSWORDS, database_url=database_url, rate_limit_per_minute=0, compact_interval_seconds=0, **overrides)
 
 
 @pytest.fixture

@@ -1,14 +1,27 @@
 from __future__ import annotations
 
+import pytest
+
 from server.auth import SessionCache, hash_password, verify_password
+from server.config import Settings
 from server.store import SessionInfo
 
 
 def test_passwords_verify_and_hashes_are_salted() -> None:
-    first, second = hash_password("correct horse"), hash_password("correct horse")
+    first, second = hash_password("correct horse", Settings()), hash_password("correct horse", Settings())
     assert first != second
+    assert first.startswith("$argon2id$v=19$m=65536,t=3,p=4$")  # (the defaults: RFC 9106's second option)
     assert verify_password("correct horse", first) and not verify_password("wrong", first)
     assert not verify_password("correct horse", "garbage")
+
+
+def test_the_hashing_cost_is_a_setting_and_any_hash_verifies_whatever_the_settings_now() -> None:
+    light = hash_password("correct horse", Settings(password_memory_kib=1024, password_time_cost=1))
+    assert light.startswith("$argon2id$v=19$m=1024,t=1,p=4$")
+    assert verify_password("correct horse", light) and not verify_password("wrong", light)
+    for wrong in ({"password_memory_kib": 31}, {"password_time_cost": 0}):
+        with pytest.raises(SystemExit, match="password-time-cost is 1 or more, and password-memory-kib 32 or more"):
+            Settings(**wrong)  # type: ignore[arg-type]
 
 
 def test_the_session_cache_expires_evicts_and_is_bounded() -> None:

@@ -15,6 +15,7 @@ from server.databases import open_database
 from server.event_store import SqlEventStore
 from server.store import CursorExpired
 from shared.models import DomainEvent
+from tests.conftest import QUICK_PASSWORDS
 from tests.server.events import chat_created, new_id
 
 
@@ -51,7 +52,7 @@ async def test_the_compact_command_runs_one_pass(database_url: str) -> None:
 async def test_the_server_compacts_in_the_background(database_url: str) -> None:
     account, store = await seeded(database_url)
     await store.close()
-    settings = Settings(database_url=database_url, compact_interval_seconds=0.05, retention_seconds=60)
+    settings = Settings(**QUICK_PASSWORDS, database_url=database_url, compact_interval_seconds=0.05, retention_seconds=60)
     app = create_app(settings)
     async with app.test_app():
         live_store = app.extensions["store"]

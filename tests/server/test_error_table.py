@@ -13,6 +13,7 @@ from server import db, store
 from server.app import create_app
 from server.config import Settings
 from server.errors import ERRORS
+from tests.conftest import QUICK_PASSWORDS
 from tests.server.conftest import bearer, signup
 
 # exception raised -> (status, error, message, extra fields, headers)
@@ -33,7 +34,7 @@ EXPECTED: list[tuple[Exception, int, str, str, dict[str, Any], dict[str, str]]] 
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=database_url))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url))
 
     @app.get("/raise/<int:index>")
     async def raise_it(index: int) -> None:

@@ -13,6 +13,7 @@ from quart.testing.connections import WebsocketDisconnectError
 
 from server.app import create_app
 from server.config import Settings
+from tests.conftest import QUICK_PASSWORDS
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, message, new_id
 
@@ -28,6 +29,7 @@ class Clock:
 @pytest.fixture
 async def limited(database_url: str) -> AsyncIterator[Quart]:
     settings = Settings(
+        **QUICK_PASSWORDS,
         database_url=database_url, rate_limit_per_minute=6, auth_rate_limit_per_minute=9, max_content_chars=10
     )
     app = create_app(settings)
@@ -99,7 +101,7 @@ async def test_a_cookie_from_another_sites_page_is_forbidden(app: Quart) -> None
 
 async def test_an_expired_cursor_is_410_and_closes_the_socket_with_4410(database_url: str) -> None:
     clock = Clock()
-    app = create_app(Settings(database_url=database_url, compact_interval_seconds=0), clock=clock)
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url, compact_interval_seconds=0), clock=clock)
     async with app.test_app():
         client = app.test_client(use_cookies=False)
         session = await signup(client)

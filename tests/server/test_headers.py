@@ -19,6 +19,7 @@ from server.config import ROOT, Settings
 from server.headers import content_security_policy
 from server.help import HOME_NETWORK, help_page
 from server.openapi import DOCS_PAGE
+from tests.conftest import QUICK_PASSWORDS
 from tests.processes import Server
 from tests.server.conftest import bearer, signup
 
@@ -197,7 +198,7 @@ def test_the_policy_allows_wasm_and_the_device_model_but_no_inline_script() -> N
 
 
 async def test_more_device_model_origins_are_served_in_the_policy(tmp_path: Path) -> None:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'chat.db'}", device_model_origins="https://gpu.home.arpa")
+    settings = Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'chat.db'}", device_model_origins="https://gpu.home.arpa")
     app = create_app(settings)
     async with app.test_app():
         policy = (await app.test_client().get("/")).headers["Content-Security-Policy"]
@@ -247,7 +248,7 @@ async def test_the_session_cookie_is_secure_over_https(client: Client) -> None:
 
 @pytest.fixture
 async def proxied(tmp_path: Path) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'proxied.db'}", trusted_proxies=1))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'proxied.db'}", trusted_proxies=1))
     async with app.test_app():
         yield app
 

@@ -25,6 +25,7 @@ from server.run_store import SqlRunStore
 from server.runs import INTERRUPTED, RunWorker
 from shared.assistants import DEFAULT_SAMPLING, Piece, Sampling, Turn
 from shared.models import DeltaFrame, DomainEvent, EventType, format_time
+from tests.conftest import QUICK_PASSWORDS
 from tests.fake_upstream import FakeUpstream, full_answer
 from tests.server.conftest import bearer, signup
 from tests.server.events import chat_created, event, message, new_id
@@ -40,7 +41,7 @@ def run_settings(database_url: str, upstream: FakeUpstream, **overrides: Any) ->
     defaults: dict[str, Any] = {
         "ping_seconds": 0.5, "run_poll_seconds": 0.1, "upstream_timeout_seconds": 10.0, "run_checkpoint_seconds": 0.05,
     }  # fmt: skip
-    return Settings(database_url=database_url, **{"assistants": upstream.config(), **defaults, **overrides})
+    return Settings(**QUICK_PASSWORDS, database_url=database_url, **{"assistants": upstream.config(), **defaults, **overrides})
 
 
 @pytest.fixture
@@ -205,7 +206,7 @@ async def test_the_demo_models_usage_is_an_estimate_and_an_upstreams_is_not(
     """The demo model counts words: its usage is reported, and marked as its estimate; the usage
     an OpenAI-compatible service reports is its own count."""
     assistants = json.dumps([{"id": "demo", "name": "Demo", "provider": "demo"}, *json.loads(upstream.config())])
-    settings = Settings(database_url=database_url, assistants=assistants, run_poll_seconds=0.1, demo_seconds_per_word=0.001)
+    settings = Settings(**QUICK_PASSWORDS, database_url=database_url, assistants=assistants, run_poll_seconds=0.1, demo_seconds_per_word=0.001)
     app = create_app(settings)
     async with app.test_app():
         client = app.test_client(use_cookies=False)

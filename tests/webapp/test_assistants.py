@@ -18,6 +18,7 @@ from server.config import Settings
 from shared.assistants import DEFAULT_SAMPLING, Piece, RunInput, Sampling, Turn, UpstreamError
 from shared.ids import Uuid7Generator
 from shared.models import DomainEvent, Message
+from tests.conftest import QUICK_PASSWORDS
 from tests.waiting import until
 from tests.webapp.devices import Device, T, signup
 from webapp import device_model
@@ -99,7 +100,7 @@ async def test_an_answer_is_a_tool_call_its_result_and_a_reply_along_one_branch(
 
 @pytest.fixture
 async def app(tmp_path: Path) -> Quart:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05))
     async with app.test_app():
         yield app
 
@@ -192,7 +193,7 @@ async def test_how_a_server_run_ended_and_what_it_cost_are_shown(tmp_path: Path)
     from webapp.app import Client, Services
     from webapp.sync import Status
 
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05,
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'server.db'}", run_poll_seconds=0.05,
                               demo_seconds_per_word=0.001))
     async with app.test_app():
         device = Device(app, await signup(app), tmp_path / "a.db")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from server.app import create_app
 from server.config import Settings
+from tests.conftest import QUICK_PASSWORDS
 from tests.webapp.devices import Device, T, new_id, signup
 from tests.webapp.page import FakePage
 from tests.webapp.test_store import RecordingPersistence
@@ -19,7 +20,7 @@ from webapp.sync import Status
 @asynccontextmanager
 async def online_client(tmp_path: Path, assistant: str) -> AsyncIterator[tuple[Client, Device, RecordingPersistence]]:
     """A signed-in device online with a server, ``assistant`` chosen (a commit of its own)."""
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}"))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'server.db'}"))
     async with app.test_app():
         persistence = RecordingPersistence()
         device = Device(app, await signup(app), tmp_path / "a.db", persistence)

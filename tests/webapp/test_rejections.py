@@ -14,6 +14,7 @@ from quart import Quart
 from server.app import create_app
 from server.config import Settings
 from shared.ids import Uuid7Generator
+from tests.conftest import QUICK_PASSWORDS
 from tests.webapp.devices import Device, T, signup
 from tests.webapp.page import FakePage
 from webapp.app import Client, Services
@@ -23,7 +24,7 @@ new_id = Uuid7Generator(itertools.count(1_700_000_000_000).__next__, os.urandom)
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'server.db'}", max_content_chars=20,
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=f"sqlite:///{tmp_path / 'server.db'}", max_content_chars=20,
                               run_poll_seconds=3600))  # fmt: skip
     async with app.test_app():
         yield app

@@ -36,6 +36,7 @@ from shared.models import (
     StateResponse,
 )
 from shared.models import Settings as AccountSettings
+from tests.conftest import QUICK_PASSWORDS
 from tests.webapp.devices import Device, T, new_id
 from webapp import sync, ui
 from webapp.overlay import is_pending
@@ -54,6 +55,7 @@ def ticking_clock() -> Any:
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
     settings_ = Settings(
+        **QUICK_PASSWORDS,
         database_url=database_url, compact_interval_seconds=0, rate_limit_per_minute=0, auth_rate_limit_per_minute=0
     )
     app = create_app(settings_, clock=ticking_clock())

@@ -27,6 +27,7 @@ from shared.models import (
     RunContinue,
 )
 from shared.models import Settings as AccountSettings
+from tests.conftest import QUICK_PASSWORDS
 from tests.webapp.devices import Device, T, new_id, signup
 from webapp.assistants import LOCAL_TOOLS_ID
 from webapp.database import FilePersistence
@@ -165,7 +166,7 @@ async def test_a_refused_sending_or_continue_is_undone(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=database_url))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url))
     async with app.test_app():
         yield app
 

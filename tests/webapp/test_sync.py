@@ -14,6 +14,7 @@ from quart import Quart
 from server.app import create_app
 from server.config import Settings
 from shared.models import Chat, ChatRef, EventType, Message, PingFrame, Snapshot, UpdatesResponse
+from tests.conftest import QUICK_PASSWORDS
 from tests.waiting import until
 from tests.webapp.devices import Device, T, new_id, signup
 from webapp.database import FilePersistence
@@ -25,7 +26,7 @@ from webapp.transport import NetworkError
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Quart]:
-    app = create_app(Settings(database_url=database_url, ping_seconds=0.2))
+    app = create_app(Settings(**QUICK_PASSWORDS, database_url=database_url, ping_seconds=0.2))
     async with app.test_app():
         yield app
 

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from server.app import create_app
 from server.config import Settings
 from shared.models import ChatRef, EventType, LoggedEvent, Message, MessageRef
+from tests.conftest import QUICK_PASSWORDS
 from tests.server.replay import as_state, replay
 from tests.webapp.devices import Device, T, new_id, signup
 from webapp.transport import NetworkError
@@ -47,6 +48,7 @@ class SyncMachine(RuleBasedStateMachine):
         self.dir = tempfile.TemporaryDirectory()
         root = Path(self.dir.name)
         settings = Settings(
+            **QUICK_PASSWORDS,
             database_url=f"sqlite:///{root / 'server.db'}", compact_interval_seconds=0, rate_limit_per_minute=0
         )
         self.app = create_app(settings, clock=ticking_clock())

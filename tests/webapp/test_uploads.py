@@ -22,6 +22,7 @@ from quart import Quart
 from server.app import create_app
 from server.config import Settings
 from shared.models import Attachment
+from tests.conftest import QUICK_PASSWORDS
 from tests.waiting import until
 from tests.webapp.devices import Device
 from tests.webapp.inprocess import InProcessTransport
@@ -42,6 +43,7 @@ USERS = itertools.count(1)
 
 def settings_for(database_url: str, **overrides: Any) -> Settings:
     return Settings(
+        **QUICK_PASSWORDS,
         database_url=database_url, rate_limit_per_minute=0, auth_rate_limit_per_minute=0, compact_interval_seconds=0, **overrides
     )
 
