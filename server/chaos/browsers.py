@@ -25,6 +25,15 @@ from server.chaos.procs import kill_browser
 from server.config import ROOT
 
 BOOT_TIMEOUT = 120_000  # ms (Pyodide's first start on a loaded machine)
+# What Chromium itself logs as an error when the network fails under the nemesis (a server killed
+# or paused): a request that failed, a live socket that could not connect. Anything else a page
+# logs as an error is the app's own.
+NETWORK_ERRORS = ("Failed to load resource:", "WebSocket connection to ")
+
+
+def apps_own(logged: list[str]) -> list[str]:
+    """The errors of ``logged`` (the pages' console) that are the app's, not the network's."""
+    return [text for text in logged if not text.startswith(NETWORK_ERRORS)]
 # The page's Python: the local database as the history's final reads hold it (devices.row_of).
 FINAL = """
 import json

@@ -19,7 +19,7 @@ from typing import Any
 
 from playwright.async_api import Playwright, async_playwright
 
-from server.chaos.browsers import BrowserDevice, drive_browser
+from server.chaos.browsers import BrowserDevice, apps_own, drive_browser
 from server.chaos.checker import COUNTS, Report, check
 from server.chaos.devices import PASSWORD, EngineDevice, row_of
 from server.chaos.history import History, load
@@ -57,9 +57,10 @@ def summary(records: list[dict[str, Any]], report: Report) -> str:
         )
     lines.append(f"operations: {sum(did.values())} ({', '.join(f'{k} {n}' for k, n in did.most_common())})")
     lines.append(f"faults: {sum(faults.values())} ({', '.join(f'{k} {n}' for k, n in faults.most_common())})")
-    logged = [r for r in records if r["op"] == "console"]
+    logged = [r["text"] for r in records if r["op"] == "console"]
     if logged:  # (in the history: the pages' errors, beside what was done when they came)
-        lines.append(f"the pages logged {len(logged)} errors, the first: {logged[0]['text'][:300]}")
+        own = apps_own(logged)
+        lines.append(f"the pages logged {len(logged)} errors, {len(own)} of them the app's own; the first: {(own or logged)[0][:300]}")
     lines.append(f"anomalies: {report.anomalies} ({', '.join(f'{k} {report.counts[k]}' for k in COUNTS)})")
     lines.extend("  " + detail for detail in report.details[:50])
     return "\n".join(lines)
