@@ -34,6 +34,8 @@ NETWORK_ERRORS = ("Failed to load resource:", "WebSocket connection to ")
 def apps_own(logged: list[str]) -> list[str]:
     """The errors of ``logged`` (the pages' console) that are the app's, not the network's."""
     return [text for text in logged if not text.startswith(NETWORK_ERRORS)]
+
+
 # The page's Python: the local database as the history's final reads hold it (devices.row_of).
 FINAL = """
 import json
