@@ -21,8 +21,9 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
+from typing import TypeVar
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, LoggedEvent
 from webapp.snapshots import SnapshotProgress
@@ -39,6 +40,7 @@ from webapp.transport import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PAGE = 500
 PUSH_BATCH = 100
@@ -56,6 +58,11 @@ SEARCH_SLICE = 1000  # messages a snapshot brought, indexed for search per trans
 INDEX_AFTER_SECONDS, INDEX_PAUSE_SECONDS = 1.0, 0.02
 # The server pings every 25 s; a socket silent for longer than this is taken for dead.
 LIVE_SILENCE_SECONDS = 60.0
+# A request with no answer for this long is taken as a lost connection (one left half-open when
+# a phone changed networks, a server stuck): the loop connects again and what it carried is sent
+# again (idempotent). Without it the pushes waited for that answer for good.
+REQUEST_SECONDS = 60.0
+NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: …")
 
 
 class Status(StrEnum):
@@ -91,6 +98,7 @@ class SyncEngine:
         self._push_lock = asyncio.Lock()
         self._socket: LiveSocket | None = None
         self._state_page = state_page
+        self.request_seconds = REQUEST_SECONDS
         self._indexer: asyncio.Task[None] | None = None
         self._running = False
         self.status = Status.CONNECTING
@@ -179,7 +187,7 @@ class SyncEngine:
         snapshot_taken = False
         while True:
             try:
-                page = await self.transport.updates(self.store.last_seq(), PAGE)
+                page = await self._answer(self.transport.updates(self.store.last_seq(), PAGE))
             except CursorExpiredError:
                 await self.resync()
                 continue
@@ -208,12 +216,12 @@ class SyncEngine:
         try:
             while True:
                 if progress is None:
-                    page = await self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page))
+                    page = await self._answer(self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page)))
                 else:
                     try:
                         if ahead is None:
                             ahead = asyncio.ensure_future(
-                                self.transport.state(progress.up_to_seq, progress.next_page, self._state_page)
+                                self._answer(self.transport.state(progress.up_to_seq, progress.next_page, self._state_page))
                             )
                         page = await ahead
                     except CursorExpiredError:  # the events after its upToSeq are gone: start over
@@ -227,7 +235,9 @@ class SyncEngine:
                     finally:
                         resumed, ahead = False, None
                 if page.next_page is not None:
-                    ahead = asyncio.ensure_future(self.transport.state(page.up_to_seq, page.next_page, self._state_page))
+                    ahead = asyncio.ensure_future(
+                        self._answer(self.transport.state(page.up_to_seq, page.next_page, self._state_page))
+                    )
                     # Its request goes out now, before this page is stored: storing a page does
                     # not yield, and a task runs only when this one yields (asked for and left
                     # waiting, the next page was asked for only once this one was stored).
@@ -272,13 +282,21 @@ class SyncEngine:
                 await self.store.mark_attempted([e.event_id for e in events])
                 self._on_change()  # ("Sending…")
                 try:
-                    response = await self.transport.submit(events)
+                    response = await self._answer(self.transport.submit(events))
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
                     self._on_change()  # ("Not sent yet: ...", not "Sending…" until another change)
                     raise
                 if await self.store.record_results(response.results):
                     self._on_change()
+
+    async def _answer(self, request: Awaitable[T]) -> T:
+        """A request's answer, or NetworkError when none came within ``request_seconds``."""
+        try:
+            async with asyncio.timeout(self.request_seconds):
+                return await request
+        except TimeoutError:
+            raise NetworkError(NO_ANSWER) from None
 
     async def _take(self, frames: list[AnyFrame], caught_up: bool) -> bool:
         """Live frames, in order: their events applied together (a duplicate skipped; after

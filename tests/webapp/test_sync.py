@@ -300,6 +300,40 @@ async def test_an_unexpected_error_does_not_stop_the_sync_for_good(app: Quart, t
         await stop([run], a)
 
 
+@pytest.mark.parametrize("request_name", ["submit", "updates"])
+async def test_a_request_never_answered_is_given_up_and_made_again(
+    app: Quart, tmp_path: Path, request_name: str
+) -> None:
+    """A request whose answer never comes (a connection left half-open when a phone changed
+    networks, a server stuck) is given up after ``request_seconds``, and made again: the message
+    written meanwhile is delivered (pushes waited for that answer for good)."""
+    token = await signup(app)
+    a = Device(app, token, tmp_path / "a.db")
+    original, unanswered = getattr(a.transport, request_name), []
+
+    async def unanswered_once(*args: Any) -> Any:
+        if not unanswered:
+            unanswered.append(args)
+            await asyncio.Event().wait()
+        return await original(*args)
+
+    a.engine._min_backoff = 0.01
+    a.engine.request_seconds = 0.2
+    run = asyncio.ensure_future(a.engine.run())
+    try:
+        await until(lambda: a.engine.status is Status.ONLINE, lambda: a.engine.status)
+        setattr(a.transport, request_name, unanswered_once)
+        chat = await a.new_chat()
+        await a.say(chat, "while a request went unanswered")
+        a.engine.kick()
+        if request_name == "updates":
+            await a.transport.sockets[-1].close()  # (the connection lost: the loop pulls again)
+        await until(lambda: shown(a) == [("while a request went unanswered", False)], lambda: shown(a))
+        assert unanswered, f"no {request_name} was left unanswered"
+    finally:
+        await stop([run], a)
+
+
 async def test_a_cancelled_engine_stops_even_when_a_frame_arrives_at_that_moment(tmp_path: Path) -> None:
     """Stopping the engine (a sign-out, another tab taking over) ends it, however its waits
     stand: on CPython 3.11, ``asyncio.wait_for`` returned a frame that arrived with the Cancel
