@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_user.add_argument("username")
     add_arguments(add_user)
+    set_password = commands.add_parser(
+        "set-password",
+        help="give an account a new password (a forgotten one); reads it from stdin. Its devices stay signed in",
+    )
+    set_password.add_argument("username")
+    add_arguments(set_password)
     for name, summary in (
         ("export", "write an account's chats and messages to stdout as a chat export (JSON)"),
         ("import", "add the chats and messages of a chat export read from stdin to an account"),
@@ -65,19 +71,29 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_compact(settings))
     elif args.command == "add-user":
         sys.exit(asyncio.run(_add_user(settings, args.username)))
+    elif args.command == "set-password":
+        sys.exit(asyncio.run(_set_password(settings, args.username)))
     elif args.command == "export":
         sys.exit(asyncio.run(export_account(settings, args.user, sys.stdout.buffer, args.with_files)))
     elif args.command == "import":
         sys.exit(asyncio.run(import_account(settings, args.user, sys.stdin.buffer)))
 
 
-async def _add_user(settings: Settings, username: str) -> int:
+def _credentials(username: str, refused: str) -> Credentials | None:
+    """The username with a password from the terminal (asked) or stdin (its first line); None
+    (and why, after ``refused``, on stderr) when they are not an account's."""
     prompt = sys.stdin.isatty()
     password = getpass.getpass(f"Password for {username}: ") if prompt else sys.stdin.readline().rstrip("\n")
     try:
-        creds = Credentials(username=username, password=password)
+        return Credentials(username=username, password=password)
     except ValidationError as e:
-        print(f"cannot add {username!r}: {describe(e)}", file=sys.stderr)
+        print(f"{refused}: {describe(e)}", file=sys.stderr)
+        return None
+
+
+async def _add_user(settings: Settings, username: str) -> int:
+    creds = _credentials(username, f"cannot add {username!r}")
+    if creds is None:
         return 2
     store = open_store(settings.database_url, utc_now)
     await store.open()
@@ -89,6 +105,24 @@ async def _add_user(settings: Settings, username: str) -> int:
     finally:
         await store.close()
     print(f"added {username}")
+    return 0
+
+
+async def _set_password(settings: Settings, username: str) -> int:
+    creds = _credentials(username, f"cannot set the password of {username!r}")
+    if creds is None:
+        return 2
+    store = open_store(settings.database_url, utc_now)
+    await store.open()
+    try:
+        account = await store.find_account(creds.username)
+        if account is None:
+            print(f"cannot set the password of {username!r}: there is no such account", file=sys.stderr)
+            return 1
+        await store.set_password_hash(account.id, auth.hash_password(creds.password, settings))
+    finally:
+        await store.close()
+    print(f"set the password of {username}")
     return 0
 
 

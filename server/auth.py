@@ -35,6 +35,11 @@ def verify_password(password: str, stored: str) -> bool:
         return False
 
 
+def needs_rehash(stored: str, settings: Settings) -> bool:
+    """``stored`` was hashed at another cost than the settings' (they were raised, or lowered, since)."""
+    return _hasher(settings.password_memory_kib, settings.password_time_cost).check_needs_rehash(stored)
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 

@@ -538,6 +538,10 @@ class SqlEventStore:
         row = await self.db.read_one("SELECT id, username, password_hash FROM accounts WHERE username = ?", username)
         return None if row is None else Account(text(row[0]), text(row[1]), text(row[2]))
 
+    async def set_password_hash(self, account_id: str, password_hash: str) -> None:
+        async with self.db.transaction(write=True) as tx:
+            await tx.execute("UPDATE accounts SET password_hash = ? WHERE id = ?", password_hash, account_id)
+
     async def create_session(self, token_hash: str, account_id: str, device_id: str, device_name: str) -> None:
         now = self._now()
         async with self.db.transaction(write=True) as tx:

@@ -157,6 +157,10 @@ class EventStore(Protocol):
 
     async def find_account(self, username: str) -> Account | None: ...
 
+    async def set_password_hash(self, account_id: str, password_hash: str) -> None:
+        """A new password (``python -m server set-password``), or the same one hashed at the
+        settings' cost (a login after they were raised)."""
+
     async def create_session(
         self, token_hash: str, account_id: str, device_id: str, device_name: str
     ) -> None: ...

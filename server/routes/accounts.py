@@ -64,6 +64,9 @@ def create_blueprint(parts: Parts) -> Blueprint:
         ok = account is not None and await asyncio.to_thread(auth.verify_password, creds.password, account.password_hash)
         if not ok or account is None:
             raise ApiError(401, "unauthorized", "Wrong username or password.")
+        if auth.needs_rehash(account.password_hash, parts.settings):  # (the cost settings changed since)
+            rehashed = await asyncio.to_thread(auth.hash_password, creds.password, parts.settings)
+            await store.set_password_hash(account.id, rehashed)
         return session_response(await start_session(account.id, creds.device_name), 200)
 
     @routes.post("/auth/logout")
