@@ -59,9 +59,11 @@ INDEX_AFTER_SECONDS, INDEX_PAUSE_SECONDS = 1.0, 0.02
 # The server pings every 25 s; a socket silent for longer than this is taken for dead.
 LIVE_SILENCE_SECONDS = 60.0
 # A request with no answer for this long is taken as a lost connection (one left half-open when
-# a phone changed networks, a server stuck): the loop connects again and what it carried is sent
-# again (idempotent). Without it the pushes waited for that answer for good.
-REQUEST_SECONDS = 60.0
+# a phone changed networks, a server stuck): the loop connects again and the request is made
+# again (a push is idempotent). Without it a push, or a pull, waited for that answer for good. A
+# push's answer is small; a pull's page can be a few MB (5,000 rows), so it is given longer: at
+# 300 s, a link of some 30 kbit/s still brings one.
+PUSH_SECONDS, PULL_SECONDS = 60.0, 300.0
 NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: …")
 
 
@@ -98,7 +100,7 @@ class SyncEngine:
         self._push_lock = asyncio.Lock()
         self._socket: LiveSocket | None = None
         self._state_page = state_page
-        self.request_seconds = REQUEST_SECONDS
+        self.push_seconds, self.pull_seconds = PUSH_SECONDS, PULL_SECONDS
         self._indexer: asyncio.Task[None] | None = None
         self._running = False
         self.status = Status.CONNECTING
@@ -187,7 +189,7 @@ class SyncEngine:
         snapshot_taken = False
         while True:
             try:
-                page = await self._answer(self.transport.updates(self.store.last_seq(), PAGE))
+                page = await self._answer(self.transport.updates(self.store.last_seq(), PAGE), self.pull_seconds)
             except CursorExpiredError:
                 await self.resync()
                 continue
@@ -216,12 +218,14 @@ class SyncEngine:
         try:
             while True:
                 if progress is None:
-                    page = await self._answer(self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page)))
+                    page = await self._answer(self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page)), self.pull_seconds)
                 else:
                     try:
                         if ahead is None:
                             ahead = asyncio.ensure_future(
-                                self._answer(self.transport.state(progress.up_to_seq, progress.next_page, self._state_page))
+                                self._answer(
+                                    self.transport.state(progress.up_to_seq, progress.next_page, self._state_page), self.pull_seconds
+                                )
                             )
                         page = await ahead
                     except CursorExpiredError:  # the events after its upToSeq are gone: start over
@@ -236,7 +240,7 @@ class SyncEngine:
                         resumed, ahead = False, None
                 if page.next_page is not None:
                     ahead = asyncio.ensure_future(
-                        self._answer(self.transport.state(page.up_to_seq, page.next_page, self._state_page))
+                        self._answer(self.transport.state(page.up_to_seq, page.next_page, self._state_page), self.pull_seconds)
                     )
                     # Its request goes out now, before this page is stored: storing a page does
                     # not yield, and a task runs only when this one yields (asked for and left
@@ -282,7 +286,7 @@ class SyncEngine:
                 await self.store.mark_attempted([e.event_id for e in events])
                 self._on_change()  # ("Sending…")
                 try:
-                    response = await self._answer(self.transport.submit(events))
+                    response = await self._answer(self.transport.submit(events), self.push_seconds)
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
                     self._on_change()  # ("Not sent yet: ...", not "Sending…" until another change)
@@ -290,10 +294,10 @@ class SyncEngine:
                 if await self.store.record_results(response.results):
                     self._on_change()
 
-    async def _answer(self, request: Awaitable[T]) -> T:
-        """A request's answer, or NetworkError when none came within ``request_seconds``."""
+    async def _answer(self, request: Awaitable[T], seconds: float) -> T:
+        """A request's answer, or NetworkError when none came within ``seconds``."""
         try:
-            async with asyncio.timeout(self.request_seconds):
+            async with asyncio.timeout(seconds):
                 return await request
         except TimeoutError:
             raise NetworkError(NO_ANSWER) from None

@@ -305,7 +305,7 @@ async def test_a_request_never_answered_is_given_up_and_made_again(
     app: Quart, tmp_path: Path, request_name: str
 ) -> None:
     """A request whose answer never comes (a connection left half-open when a phone changed
-    networks, a server stuck) is given up after ``request_seconds``, and made again: the message
+    networks, a server stuck) is given up after ``push_seconds`` (``pull_seconds``), and made again: the message
     written meanwhile is delivered (pushes waited for that answer for good)."""
     token = await signup(app)
     a = Device(app, token, tmp_path / "a.db")
@@ -318,7 +318,7 @@ async def test_a_request_never_answered_is_given_up_and_made_again(
         return await original(*args)
 
     a.engine._min_backoff = 0.01
-    a.engine.request_seconds = 0.2
+    a.engine.push_seconds = a.engine.pull_seconds = 0.2
     run = asyncio.ensure_future(a.engine.run())
     try:
         await until(lambda: a.engine.status is Status.ONLINE, lambda: a.engine.status)
