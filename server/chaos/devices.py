@@ -55,6 +55,7 @@ class EngineDevice:
         self.blobs: dict[str, bytes] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.written = 0  # messages written (their tags' numbers)
+        self.held = False  # (its person has stopped for a moment: its workload takes no step)
         self.open()
 
     # --- lifecycle ------------------------------------------------------------------------------

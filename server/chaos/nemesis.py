@@ -25,6 +25,9 @@ from server.chaos.history import History
 from server.chaos.options import KINDS
 from server.chaos.world import World
 
+# The longest a wipe waits for its device to have sent what it has.
+WIPE_WAIT = 30.0
+
 
 class Nemesis:
     def __init__(
@@ -77,13 +80,11 @@ class Nemesis:
 
     def _possible(self, kind: str) -> bool:
         """Whether the fault can be made now: one server process down at a time, a device
-        online to take offline, one with nothing unsent to wipe, the model service answering."""
+        online to take offline, the model service answering."""
         if kind in ("kill", "pause"):
             return not self._server_down
         if kind == "offline":
             return any(not d.transport.offline for d in self.devices)
-        if kind == "wipe":
-            return any(d.settled() for d in self.devices)
         if kind == "upstream":
             return self.world.upstream.override is None
         return True
@@ -143,9 +144,23 @@ class Nemesis:
             device.uploads.kick()
 
     async def _wipe(self) -> None:
+        """A device's site data cleared, once it has nothing unsent (clearing it before would be
+        its person throwing their work away): one settled now, or else one whose person stops
+        for a moment (its workload held) until what it has is sent, ``WIPE_WAIT`` seconds at
+        most. (Waiting for a device to settle by itself, a loaded machine's minute had none.)"""
         settled = [d for d in self.devices if d.settled()]
-        if settled and await (device := self.rng.choice(settled)).wipe():
-            self._record("wipe", device.name)
+        device = self.rng.choice(settled or self.devices)
+        device.held = True
+        try:
+            deadline = time.monotonic() + WIPE_WAIT
+            while not device.settled() and not self._healing.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if await device.wipe():
+                self._record("wipe", device.name)
+            else:
+                self.history.record({"op": "error", "fault": "wipe", "error": f"{device.name} did not settle"})
+        finally:
+            device.held = False
 
     async def _compact(self) -> None:
         said = await self.world.compact()

@@ -233,6 +233,8 @@ async def drive(workload: Workload, until: float, interval: float) -> None:
         await asyncio.sleep(workload.rng.expovariate(1 / interval))
         if time.monotonic() >= until:
             return
+        if workload.device.held:
+            continue
         try:
             done = await workload.step()
         except Exception as e:  # (a bug of the chaos itself must not end the run: it shows in the history)
