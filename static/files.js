@@ -230,15 +230,30 @@ export function uploadingSlice(sha256, offset, length) {
 // how much of the body has gone (fetch says nothing of a body's progress), so a file goes in one
 // request and its progress is still drawn. onProgress (or null) is told the bytes sent so far.
 // Resolves to [status, the answer's headers as getAllResponseHeaders gives them, its text];
-// rejects, as fetch does, when the request fails.
-export function send(url, method, headers, body, onProgress) {
+// rejects, as fetch does, when the request fails, and when nothing moved for stalledMs: neither
+// a byte of the body went nor an answer came (a connection left half-open when a phone changed
+// networks; the upload then goes on from the server's offset at its next try, as after any
+// failure, where it would have waited for good).
+export const STALLED_MS = 60000;
+export function send(url, method, headers, body, onProgress, stalledMs = STALLED_MS) {
   return new Promise((resolve, reject) => {
     const request = new XMLHttpRequest();
     request.open(method, url);
     for (const [name, value] of Object.entries(headers)) request.setRequestHeader(name, value);
-    if (onProgress) request.upload.onprogress = (event) => onProgress(event.loaded);
+    let moved = performance.now();
+    const watch = setInterval(() => {
+      if (performance.now() - moved > stalledMs) request.abort();
+    }, Math.min(1000, stalledMs / 4));
+    request.upload.onprogress = (event) => {
+      moved = performance.now();
+      if (onProgress) onProgress(event.loaded);
+    };
+    request.onprogress = () => {
+      moved = performance.now(); // (the answer coming)
+    };
     const settled = () => {
-      request.upload.onprogress = null; // (none after this: Python lets go of onProgress)
+      clearInterval(watch);
+      request.upload.onprogress = request.onprogress = null; // (none after this: Python lets go of onProgress)
     };
     request.onload = () => {
       settled();
