@@ -21,9 +21,8 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from enum import StrEnum
-from typing import TypeVar
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, LoggedEvent
 from webapp.snapshots import SnapshotProgress
@@ -37,10 +36,10 @@ from webapp.transport import (
     ServerError,
     Transport,
     Unauthorized,
+    answered_within,
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PAGE = 500
 PUSH_BATCH = 100
@@ -64,7 +63,6 @@ LIVE_SILENCE_SECONDS = 60.0
 # push's answer is small; a pull's page can be a few MB (5,000 rows), so it is given longer: at
 # 300 s, a link of some 30 kbit/s still brings one.
 PUSH_SECONDS, PULL_SECONDS = 60.0, 300.0
-NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: …")
 
 
 class Status(StrEnum):
@@ -189,7 +187,7 @@ class SyncEngine:
         snapshot_taken = False
         while True:
             try:
-                page = await self._answer(self.transport.updates(self.store.last_seq(), PAGE), self.pull_seconds)
+                page = await answered_within(self.transport.updates(self.store.last_seq(), PAGE), self.pull_seconds)
             except CursorExpiredError:
                 await self.resync()
                 continue
@@ -218,12 +216,13 @@ class SyncEngine:
         try:
             while True:
                 if progress is None:
-                    page = await self._answer(self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page)), self.pull_seconds)
+                    first = self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page))
+                    page = await answered_within(first, self.pull_seconds)
                 else:
                     try:
                         if ahead is None:
                             ahead = asyncio.ensure_future(
-                                self._answer(
+                                answered_within(
                                     self.transport.state(progress.up_to_seq, progress.next_page, self._state_page), self.pull_seconds
                                 )
                             )
@@ -240,7 +239,7 @@ class SyncEngine:
                         resumed, ahead = False, None
                 if page.next_page is not None:
                     ahead = asyncio.ensure_future(
-                        self._answer(self.transport.state(page.up_to_seq, page.next_page, self._state_page), self.pull_seconds)
+                        answered_within(self.transport.state(page.up_to_seq, page.next_page, self._state_page), self.pull_seconds)
                     )
                     # Its request goes out now, before this page is stored: storing a page does
                     # not yield, and a task runs only when this one yields (asked for and left
@@ -286,21 +285,13 @@ class SyncEngine:
                 await self.store.mark_attempted([e.event_id for e in events])
                 self._on_change()  # ("Sending…")
                 try:
-                    response = await self._answer(self.transport.submit(events), self.push_seconds)
+                    response = await answered_within(self.transport.submit(events), self.push_seconds)
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
                     self._on_change()  # ("Not sent yet: ...", not "Sending…" until another change)
                     raise
                 if await self.store.record_results(response.results):
                     self._on_change()
-
-    async def _answer(self, request: Awaitable[T], seconds: float) -> T:
-        """A request's answer, or NetworkError when none came within ``seconds``."""
-        try:
-            async with asyncio.timeout(seconds):
-                return await request
-        except TimeoutError:
-            raise NetworkError(NO_ANSWER) from None
 
     async def _take(self, frames: list[AnyFrame], caught_up: bool) -> bool:
         """Live frames, in order: their events applied together (a duplicate skipped; after

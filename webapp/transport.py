@@ -5,10 +5,11 @@ engine (webapp/uploads.py) uses its two blob calls, tus 1.0 core (docs/protocol.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from shared.models import (
     CaughtUpFrame,
@@ -25,6 +26,22 @@ from webapp.state_page import StatePage
 
 class NetworkError(Exception):
     """The server could not be reached, or the connection broke: retry later."""
+
+
+NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: …")
+
+T = TypeVar("T")
+
+
+async def answered_within(request: Awaitable[T], seconds: float) -> T:
+    """A request's answer, or NetworkError when none came within ``seconds`` (a connection left
+    half-open when a phone changed networks, a server stuck): the caller tries again, as after
+    any failure of the network, where it would have waited for good."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await request
+    except TimeoutError:
+        raise NetworkError(NO_ANSWER) from None
 
 
 class Unauthorized(Exception):

@@ -40,6 +40,7 @@ from webapp.transport import (
     ServerError,
     Transport,
     Unauthorized,
+    answered_within,
 )
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ PROGRESS_DRAW_SECONDS = 0.25
 # A file the server keeps refusing for another reason (a 400, a 429) is tried this many times
 # (with backoff) before it fails; the network failing never counts.
 MAX_ATTEMPTS = 5
+# A HEAD with no answer for this long is the network's failure (tried again at the next pass); a
+# PATCH's own request gives up when it goes quiet for a minute (static/files.js: send).
+HEAD_SECONDS = 60.0
 # 409s in a row (the server's offset moving under us: another tab uploading the same file) before
 # the file is left for the next pass.
 MAX_CONFLICTS = 5
@@ -219,6 +223,7 @@ class UploadEngine:
         self._on_change = on_change
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
+        self.head_seconds = HEAD_SECONDS
         self._sleep = sleep
         self._drawing: dict[str, asyncio.TimerHandle] = {}  # progress to draw, by file
         self._sent: dict[str, int] = {}  # bytes of a file's request sent, not yet written down
@@ -275,7 +280,7 @@ class UploadEngine:
         """Upload one file from where the server is; True once it is done or failed."""
         sha256, size = queued.sha256, queued.size
         try:
-            asked = asyncio.ensure_future(self.transport.blob_offset(sha256))
+            asked = asyncio.ensure_future(answered_within(self.transport.blob_offset(sha256), self.head_seconds))
             try:
                 have = await self.source.size(sha256)  # (read while the server is asked)
             finally:
@@ -306,7 +311,7 @@ class UploadEngine:
                     conflicts += 1
                     if conflicts > MAX_CONFLICTS:
                         return False
-                    progress = await self.transport.blob_offset(sha256)
+                    progress = await answered_within(self.transport.blob_offset(sha256), self.head_seconds)
                     offset = 0 if progress is None else progress[0]
                 else:
                     conflicts = 0

@@ -106,7 +106,8 @@ class Network:
     """A device's transport with its blob requests counted: the PATCH bodies the server got, per
     file, and their offsets. ``cut`` lists what goes wrong with the next blob requests, one each:
     "request" (it never reaches the server), "answer" (the server gets it, the answer is lost),
-    "refused" (an error answer that may pass, as a 429 does), or "ok"."""
+    "refused" (an error answer that may pass, as a 429 does), "quiet" (no answer ever: a HEAD on
+    a connection left half-open), or "ok"."""
 
     def __init__(self, inner: InProcessTransport) -> None:
         self.inner = inner
@@ -125,6 +126,8 @@ class Network:
             raise ServerError("Too many requests: try again in a minute.")
         if cut == "request":
             raise NetworkError("the request was lost")
+        if cut == "quiet":
+            await asyncio.Event().wait()
         progress = await self.inner.blob_offset(sha256)
         if cut == "answer":
             raise NetworkError("the answer was lost")
@@ -423,6 +426,24 @@ async def test_offline_files_wait_never_fail_and_go_once_online(app: Quart, tmp_
     assert seen[:4] == ["waiting"] * 4 and "failed" not in seen
     assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0 and 2.0 <= delays[3] <= 4.0  # exponential, with jitter
     assert await a.download(sha(data)) == data
+
+
+async def test_a_head_never_answered_is_given_up_and_the_file_still_goes(app: Quart, tmp_path: Path) -> None:
+    """A HEAD on a connection left half-open (a phone that changed networks) never answers: the
+    engine gives it up after ``head_seconds`` as the network's failure and goes on, where every
+    upload waited for it for good."""
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    data = pattern(MiB // 2)
+    await a.attach(data)
+    a.network.cut = ["quiet"]
+    a.engine.head_seconds = 0.2
+    task = asyncio.ensure_future(a.engine.run())
+    try:
+        await until(lambda: a.store.upload_state(sha(data)).state == "done", lambda: a.store.upload_state(sha(data)))
+    finally:
+        task.cancel()
+    assert a.network.heads == 2 and await a.download(sha(data)) == data
 
 
 async def test_a_session_gone_stops_the_engine_and_keeps_the_files_waiting(app: Quart, tmp_path: Path) -> None:
