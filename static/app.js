@@ -143,21 +143,27 @@ function persist(pyodide, writes) {
 // The local helper's Python tool, in a worker of its own (static/python-worker.js): a snippet that
 // runs longer than `seconds` is stopped by ending the worker (the next one starts afresh). The
 // same worker reads a PDF's text for the model on this device (readPdf: pypdf is loaded there,
-// and only then). One job at a time.
+// and only then). One job at a time. `seconds` counts from the job's start in the worker: a
+// worker's own start (Pyodide, and pypdf for a PDF) has WORKER_START_SECONDS of its own, as it
+// took over 20 s on a loaded machine, and a slow phone's first snippet was stopped for it.
+const WORKER_START_SECONDS = 120;
 let pythonWorker = null;
 let pythonChain = Promise.resolve();
 function oneJob(message, seconds, transfer) {
   pythonWorker ||= new Worker("/static/python-worker.js", { type: "module" });
   const worker = pythonWorker;
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      worker.terminate();
-      if (pythonWorker === worker) pythonWorker = null;
-      reject(new Error(`stopped after ${seconds} s without finishing`));
-    }, seconds * 1000);
+    const stopAfter = (limit, why) =>
+      setTimeout(() => {
+        worker.terminate();
+        if (pythonWorker === worker) pythonWorker = null;
+        reject(new Error(why));
+      }, limit * 1000);
+    let timer = stopAfter(WORKER_START_SECONDS, `Python did not start in ${WORKER_START_SECONDS} s`);
     worker.onmessage = (event) => {
       clearTimeout(timer);
-      if (event.data.error !== undefined) reject(new Error(event.data.error));
+      if (event.data.running) timer = stopAfter(seconds, `stopped after ${seconds} s without finishing`);
+      else if (event.data.error !== undefined) reject(new Error(event.data.error));
       else resolve(event.data.output);
     };
     worker.postMessage(message, transfer);

@@ -29,6 +29,8 @@ def read_pdf(data):
 read_pdf`;
 let readPdf = null;
 
+// The page bounds a job's own run, not this worker's start: it is told when the job starts
+// ({running: true}), once Python (and pypdf, for a PDF) is up.
 self.onmessage = async (event) => {
   try {
     const pyodide = await ready;
@@ -37,9 +39,11 @@ self.onmessage = async (event) => {
         await pyodide.loadPackage("pypdf", { messageCallback: () => {} });
         readPdf = pyodide.runPython(PDF_TEXT);
       }
+      self.postMessage({ running: true });
       self.postMessage({ output: readPdf(event.data.pdf) });
       return;
     }
+    self.postMessage({ running: true });
     self.postMessage({ output: pyodide.pyimport("webapp.python_tool").run_python(event.data.code) });
   } catch (error) {
     // A Python exception's message ends with the line that matters; run_python wraps the

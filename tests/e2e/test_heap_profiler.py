@@ -4,9 +4,9 @@ Chromium turns its heap profiler (the HeapProfilerReporting feature) on at rando
 (about 1 launch in 30 here); a sampled allocation made while WebAssembly runs on a JSPI stack
 (which Pyodide uses for every call into Python when the browser has JSPI) crashed the renderer at
 Python's start: static/no-jspi.js starts Pyodide without JSPI. Here the profiler is forced on, in
-every process, sampling often, for three launches of one browser profile in a row: a first
-visit (Python started fresh, the next start's snapshot made in a worker), then two returning
-ones (Python started from that snapshot). Each one answers in the page (the local helper) and in
+every process, sampling often, for two launches of one browser profile in a row: a first
+visit (Python started fresh, the next start's snapshot made in a worker), then a returning one
+(Python started from that snapshot; a third launch started the same way again). Each one answers in the page (the local helper) and in
 the Python worker (its tool). The rest of the suite keeps the profiler off (playwright.config.py).
 """
 
@@ -58,7 +58,7 @@ def test_the_app_starts_and_python_answers_with_the_heap_profiler_on(playwright:
     def on_crash(crashed_page: Page) -> None:
         crashed.append(crashed_page)
 
-    for launch in range(3):
+    for launch in range(2):
         context = _profiler_on(playwright, profile, server)
         page = context.pages[0] if context.pages else context.new_page()
         page.on("crash", on_crash)
