@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable
 from enum import StrEnum
+from functools import partial
 
 from shared.models import CaughtUpFrame, DeltaFrame, EventFrame, LoggedEvent
 from webapp.snapshots import SnapshotProgress
@@ -187,7 +188,7 @@ class SyncEngine:
         snapshot_taken = False
         while True:
             try:
-                page = await answered_within(self.transport.updates(self.store.last_seq(), PAGE), self.pull_seconds)
+                page = await answered_within(partial(self.transport.updates, self.store.last_seq(), PAGE), self.pull_seconds)
             except CursorExpiredError:
                 await self.resync()
                 continue
@@ -216,16 +217,13 @@ class SyncEngine:
         try:
             while True:
                 if progress is None:
-                    first = self.transport.state(None, None, min(FIRST_STATE_PAGE, self._state_page))
+                    first = partial(self.transport.state, None, None, min(FIRST_STATE_PAGE, self._state_page))
                     page = await answered_within(first, self.pull_seconds)
                 else:
                     try:
                         if ahead is None:
-                            ahead = asyncio.ensure_future(
-                                answered_within(
-                                    self.transport.state(progress.up_to_seq, progress.next_page, self._state_page), self.pull_seconds
-                                )
-                            )
+                            going_on = partial(self.transport.state, progress.up_to_seq, progress.next_page, self._state_page)
+                            ahead = asyncio.ensure_future(answered_within(going_on, self.pull_seconds))
                         page = await ahead
                     except CursorExpiredError:  # the events after its upToSeq are gone: start over
                         progress = None
@@ -239,7 +237,7 @@ class SyncEngine:
                         resumed, ahead = False, None
                 if page.next_page is not None:
                     ahead = asyncio.ensure_future(
-                        answered_within(self.transport.state(page.up_to_seq, page.next_page, self._state_page), self.pull_seconds)
+                        answered_within(partial(self.transport.state, page.up_to_seq, page.next_page, self._state_page), self.pull_seconds)
                     )
                     # Its request goes out now, before this page is stored: storing a page does
                     # not yield, and a task runs only when this one yields (asked for and left
@@ -285,7 +283,7 @@ class SyncEngine:
                 await self.store.mark_attempted([e.event_id for e in events])
                 self._on_change()  # ("Sending…")
                 try:
-                    response = await answered_within(self.transport.submit(events), self.push_seconds)
+                    response = await answered_within(partial(self.transport.submit, events), self.push_seconds)
                 except (NetworkError, ServerError) as e:
                     await self.store.record_failure([e.event_id for e in events], str(e))
                     self._on_change()  # ("Not sent yet: ...", not "Sending…" until another change)

@@ -33,13 +33,15 @@ NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: â€
 T = TypeVar("T")
 
 
-async def answered_within(request: Awaitable[T], seconds: float) -> T:
-    """A request's answer, or NetworkError when none came within ``seconds`` (a connection left
-    half-open when a phone changed networks, a server stuck): the caller tries again, as after
-    any failure of the network, where it would have waited for good."""
+async def answered_within(request: Callable[[], Awaitable[T]], seconds: float) -> T:
+    """The answer of ``request()``, or NetworkError when none came within ``seconds`` (a
+    connection left half-open when a phone changed networks, a server stuck): the caller tries
+    again, as after any failure of the network, where it would have waited for good. The request
+    is made only once this runs (a task of it cancelled before it starts leaves no coroutine
+    never awaited)."""
     try:
         async with asyncio.timeout(seconds):
-            return await request
+            return await request()
     except TimeoutError:
         raise NetworkError(NO_ANSWER) from None
 

@@ -28,6 +28,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from shared.models import Attachment
@@ -280,7 +281,7 @@ class UploadEngine:
         """Upload one file from where the server is; True once it is done or failed."""
         sha256, size = queued.sha256, queued.size
         try:
-            asked = asyncio.ensure_future(answered_within(self.transport.blob_offset(sha256), self.head_seconds))
+            asked = asyncio.ensure_future(answered_within(partial(self.transport.blob_offset, sha256), self.head_seconds))
             try:
                 have = await self.source.size(sha256)  # (read while the server is asked)
             finally:
@@ -311,7 +312,7 @@ class UploadEngine:
                     conflicts += 1
                     if conflicts > MAX_CONFLICTS:
                         return False
-                    progress = await answered_within(self.transport.blob_offset(sha256), self.head_seconds)
+                    progress = await answered_within(partial(self.transport.blob_offset, sha256), self.head_seconds)
                     offset = 0 if progress is None else progress[0]
                 else:
                     conflicts = 0
