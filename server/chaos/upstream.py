@@ -63,6 +63,7 @@ class FakeUpstream:
     override: str | None = None
     keep_requests: bool = True
     on_call: Callable[[dict[str, Any], str], None] | None = None
+    thread_loop: asyncio.AbstractEventLoop | None = None  # (its own, when started in a thread)
 
     @property
     def base_url(self) -> str:
@@ -90,6 +91,24 @@ class FakeUpstream:
 
         threading.Thread(target=run, daemon=True).start()
         ready.wait(10)
+        self.thread_loop = loop
+
+    def hold_from_thread(self) -> None:
+        """From the test's thread, with the service in its own (``start_in_thread``): the next
+        answers wait after their first word until ``release_from_thread``."""
+        assert self.thread_loop is not None
+        self.thread_loop.call_soon_threadsafe(lambda: setattr(self, "hold", asyncio.Event()))
+
+    def release_from_thread(self) -> None:
+        """The answers held go on, and the next are not held."""
+        assert self.thread_loop is not None
+
+        def release() -> None:
+            if self.hold is not None:
+                self.hold.set()
+            self.hold = None
+
+        self.thread_loop.call_soon_threadsafe(release)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

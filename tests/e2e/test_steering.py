@@ -108,18 +108,24 @@ def test_instructions_and_a_preset_reach_the_request_a_reload_and_another_device
 
 
 def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
-    playwright: Playwright, contexts: Contexts, steer_server: Server, tmp_path: Path, load: str
+    playwright: Playwright, contexts: Contexts, steer_server: Server, upstream: FakeUpstream, tmp_path: Path, load: str
 ) -> None:
     username = f"go{uuid.uuid4().hex[:8]}"
     profile = tmp_path / "profile"
     signed_up_in_a_profile(playwright, contexts, profile, steer_server, username)
     context, a = reopened(playwright, profile, steer_server)
-    send(a, "Tell me everything", assistant="fake")
-    reply = a.locator(".message.assistant").last
-    expect(reply.locator(".content")).to_contain_text("word3", timeout=30_000)  # (some of it written)
-    reply.get_by_role("button", name="Stop").click()
-    expect(reply.get_by_text("Stopped.")).to_be_visible()
-    expect(reply.locator(".content")).to_contain_text("word3")  # (what it had stays on screen)
+    # The answer waits after its first word until it is stopped (a loaded run's Stop reached the
+    # server once the 60 words, 3 s, had all gone: "Answer complete.").
+    upstream.hold_from_thread()
+    try:
+        send(a, "Tell me everything", assistant="fake")
+        reply = a.locator(".message.assistant").last
+        expect(reply.locator(".content")).to_contain_text("word0", timeout=30_000)  # (some of it written)
+        reply.get_by_role("button", name="Stop").click()
+        expect(reply.get_by_text("Stopped.")).to_be_visible()
+    finally:
+        upstream.release_from_thread()
+    expect(reply.locator(".content")).to_contain_text("word0")  # (what it had stays on screen)
     stopped = reply.locator(".content").inner_text()
     assert stopped and full_answer(WORDS).startswith(stopped) and stopped != full_answer(WORDS)
     reply.get_by_role("button", name="Continue").click()
@@ -134,14 +140,18 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
 
     # Stopped on one device (a follow-up queued meanwhile waits, and is cleared), continued from another.
     b = device(contexts, steer_server, username)
-    send(a, "And once more", assistant="fake")
-    reply = a.locator(".message.assistant").last
-    expect(reply.locator(".content")).to_contain_text("word3", timeout=30_000)
-    send(a, "Then this", assistant="fake")
-    expect(b.get_by_text("Queued: sent when the answer ends")).to_have_count(1)
-    reply.get_by_role("button", name="Stop").click()
-    on_b = b.locator(".message.assistant").last
-    expect(on_b.get_by_text("Stopped.")).to_be_visible()
+    upstream.hold_from_thread()  # (as above: the answer goes on once stopped)
+    try:
+        send(a, "And once more", assistant="fake")
+        reply = a.locator(".message.assistant").last
+        expect(reply.locator(".content")).to_contain_text("word0", timeout=30_000)
+        send(a, "Then this", assistant="fake")
+        expect(b.get_by_text("Queued: sent when the answer ends")).to_have_count(1)
+        reply.get_by_role("button", name="Stop").click()
+        on_b = b.locator(".message.assistant").last
+        expect(on_b.get_by_text("Stopped.")).to_be_visible()
+    finally:
+        upstream.release_from_thread()
     expect(a.get_by_text("1 queued —")).to_be_visible()
     b.get_by_role("button", name="Clear").click()
     expect(a.get_by_text("Then this")).to_have_count(0)
@@ -160,19 +170,23 @@ def test_follow_ups_queued_during_an_answer_are_answered_in_order_after_the_tab_
     a = device(contexts, steer_server, username, signup=True)
     new_chat(a)
     asked = len(upstream.requests)
-    send(a, "First question", assistant="fake")
-    expect(a.locator(".message.assistant").last).to_have_attribute("data-state", "streaming", timeout=30_000)
-    box = a.get_by_role("textbox", name="Message")
-    questions = ["Question one", "Question two", "Question three"]
-    for text in questions:
-        box.fill(text)
-        box.press("Enter")
-    queued = a.get_by_text("Queued: sent when the answer ends")
-    expect(queued).to_have_count(3)
-    expect(a.locator(".message.user").last.get_by_role("button", name="Edit")).to_be_visible()
-    expect(a.locator(".message.user").last.get_by_role("button", name="Remove")).to_be_visible()
-    expect(a.get_by_role("button", name=re.compile("unsent"))).to_have_count(0)  # all on the server
-    a.context.close()  # nobody is there when the answer ends
+    upstream.hold_from_thread()  # (the first answer waits after its first word while the rest are queued)
+    try:
+        send(a, "First question", assistant="fake")
+        expect(a.locator(".message.assistant").last).to_have_attribute("data-state", "streaming", timeout=30_000)
+        box = a.get_by_role("textbox", name="Message")
+        questions = ["Question one", "Question two", "Question three"]
+        for text in questions:
+            box.fill(text)
+            box.press("Enter")
+        queued = a.get_by_text("Queued: sent when the answer ends")
+        expect(queued).to_have_count(3)
+        expect(a.locator(".message.user").last.get_by_role("button", name="Edit")).to_be_visible()
+        expect(a.locator(".message.user").last.get_by_role("button", name="Remove")).to_be_visible()
+        expect(a.get_by_role("button", name=re.compile("unsent"))).to_have_count(0)  # all on the server
+        a.context.close()  # nobody is there when the answer ends
+    finally:
+        upstream.release_from_thread()
 
     b = device(contexts, steer_server, username)  # a device that opens later
     expect(b.locator(".message.assistant[data-state=completed]")).to_have_count(4, timeout=60_000)
