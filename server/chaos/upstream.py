@@ -96,19 +96,29 @@ class FakeUpstream:
     def hold_from_thread(self) -> None:
         """From the test's thread, with the service in its own (``start_in_thread``): the next
         answers wait after their first word until ``release_from_thread``."""
-        assert self.thread_loop is not None
-        self.thread_loop.call_soon_threadsafe(lambda: setattr(self, "hold", asyncio.Event()))
+        self._in_its_thread(lambda: setattr(self, "hold", asyncio.Event()))
 
     def release_from_thread(self) -> None:
         """The answers held go on, and the next are not held."""
-        assert self.thread_loop is not None
 
         def release() -> None:
             if self.hold is not None:
                 self.hold.set()
             self.hold = None
 
-        self.thread_loop.call_soon_threadsafe(release)
+        self._in_its_thread(release)
+
+    def _in_its_thread(self, change: Callable[[], None]) -> None:
+        """``change`` made on the service's own loop, and done when this returns."""
+        assert self.thread_loop is not None
+        done = threading.Event()
+
+        def run() -> None:
+            change()
+            done.set()
+
+        self.thread_loop.call_soon_threadsafe(run)
+        done.wait(10)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
