@@ -305,8 +305,8 @@ async def test_a_request_never_answered_is_given_up_and_made_again(
     app: Quart, tmp_path: Path, request_name: str
 ) -> None:
     """A request whose answer never comes (a connection left half-open when a phone changed
-    networks, a server stuck) is given up after ``push_seconds`` (``pull_seconds``), and made again: the message
-    written meanwhile is delivered (pushes waited for that answer for good)."""
+    networks, a server stuck) is given up after ``push_seconds`` (a pull: ``pull_seconds``) and
+    made again: the message written meanwhile is delivered (pushes waited for good before)."""
     token = await signup(app)
     a = Device(app, token, tmp_path / "a.db")
     original, unanswered = getattr(a.transport, request_name), []
