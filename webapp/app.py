@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -47,7 +48,7 @@ from webapp.pane import MessagePane, MessagesView
 from webapp.steering import Steering, SteeringHost
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
-from webapp.transport import NetworkError, ServerError, Transport
+from webapp.transport import ASK_SECONDS, NetworkError, ServerError, Transport, answered_within
 from webapp.uploads import DONE, BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
@@ -55,6 +56,7 @@ LOCAL_ASSISTANTS = (LOCAL_TOOLS_ID, DEVICE_MODEL_ID)  # those that answer on thi
 # After start-up, what rendering does slowly the first time is done ahead, a step per task of the
 # page (webapp/markdown.py: warm_steps), before a person's first message or code block needs it.
 WARM_AFTER_SECONDS = 0.25
+SIGNIN_NO_ANSWER = "The server did not answer: check your connection and try again."
 
 log = logging.getLogger(__name__)
 
@@ -237,12 +239,13 @@ class Client:
         self._layout = False  # the chats are on screen (else the page is a sign-in form)
         self._warming = False  # the warm-up has begun (once per page)
         self._redraw_asked = False  # a redraw is asked for the next frame (_redraw_soon)
+        self.ask_seconds = ASK_SECONDS  # (a test's is shorter)
 
     # --- from the sync engine ---------------------------------------------------------------------
 
     def _on_online(self) -> None:
         """Online again: the server's assistants are asked for (kept for offline starts)."""
-        asyncio.ensure_future(self.choice.refresh()).add_done_callback(_log_failure)
+        asyncio.ensure_future(self.choice.refresh(self.ask_seconds)).add_done_callback(_log_failure)
         asyncio.ensure_future(self._learn_limits()).add_done_callback(_log_failure)
         if self.uploads is not None:
             self.uploads.kick()
@@ -257,7 +260,7 @@ class Client:
         and ``_room`` counts every file this device has not uploaded, so one would count twice."""
         idle = not self.store.queued_uploads()
         try:
-            limits = await self.s.transport.blob_limits()
+            limits = await answered_within(self.s.transport.blob_limits, self.ask_seconds)
         except (NetworkError, ServerError):
             return
         if limits.max_file is not None and str(limits.max_file) != self.store.setting("max_file_bytes"):
@@ -614,9 +617,11 @@ class Client:
         if previous is None or previous.username != attempt.username:
             self.view.remember(None, "")  # (before anything of another account is stored)
         try:
-            session = await self.s.auth.signin(attempt.username, attempt.password, signup=attempt.signup)
-        except AuthFailed as e:
-            self._show_auth(ui.session_ended(attempt.username, str(e)) if resuming else ui.auth_form(str(e)))
+            signin = partial(self.s.auth.signin, attempt.username, attempt.password, signup=attempt.signup)
+            session = await answered_within(signin, self.ask_seconds)
+        except (AuthFailed, NetworkError) as e:
+            why = SIGNIN_NO_ANSWER if isinstance(e, NetworkError) else str(e)
+            self._show_auth(ui.session_ended(attempt.username, why) if resuming else ui.auth_form(why))
             return
         same = previous is not None and previous.user_id == session.user_id
         if previous is not None and not same:
@@ -648,7 +653,7 @@ class Client:
         self.view.remember(None, "")
         note = None
         try:
-            await self.s.auth.signout()
+            await answered_within(self.s.auth.signout, self.ask_seconds)
         except NetworkError:
             note = "The server could not be reached: this device is signed out, but the session ends on the server only when it expires."
         if data.get("remove"):

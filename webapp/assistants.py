@@ -25,7 +25,7 @@ from webapp import ui
 from webapp.calculator import CalculationError, calculate, parse
 from webapp.python_tool import MAX_ERROR, cut, run_python
 from webapp.store import LocalStore
-from webapp.transport import AssistantInfo, NetworkError, ServerError, Transport, Unauthorized
+from webapp.transport import ASK_SECONDS, AssistantInfo, NetworkError, ServerError, Transport, Unauthorized, answered_within
 
 LOCAL_TOOLS_ID = "local-tools"
 DEVICE_MODEL_ID = "on-device"
@@ -247,10 +247,11 @@ class AssistantChoice:
         if assistant_id != self.store.setting("assistant"):
             await self.store.set_setting("assistant", assistant_id)
 
-    async def refresh(self) -> None:
-        """Online again: ask the server which assistants it has (kept for offline starts)."""
+    async def refresh(self, seconds: float = ASK_SECONDS) -> None:
+        """Online again: ask the server which assistants it has (kept for offline starts); no
+        answer within ``seconds`` is none (asked again when next online)."""
         try:
-            found = await self.transport.assistants()
+            found = await answered_within(self.transport.assistants, seconds)
         except (NetworkError, ServerError, Unauthorized):
             return
         listed = json.dumps([a.__dict__ for a in found])

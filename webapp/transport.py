@@ -29,6 +29,9 @@ class NetworkError(Exception):
 
 
 NO_ANSWER = "the server did not answer"  # (a person reads it: "Not sent yet: …")
+# The longest a request other than the sync's and the uploads' waits for its answer (a sign-in, a
+# sign-out, the server's assistants and limits; webapp/app.py).
+ASK_SECONDS = 60.0
 
 T = TypeVar("T")
 

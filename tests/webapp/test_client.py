@@ -41,16 +41,21 @@ class OfflineTransport:
 class FakeAuth:
     def __init__(self) -> None:
         self.accept = True
+        self.silent = False  # a server that never answers (a connection left half-open)
         self.signins: list[str] = []
         self.signouts = 0
 
     async def signin(self, username: str, password: str, signup: bool) -> Session:
+        if self.silent:
+            await asyncio.Event().wait()
         if not self.accept:
             raise AuthFailed("Wrong username or password.")
         self.signins.append(username)
         return Session(user_id="u1" if username == "ann" else f"u-{username}", device_id="d1", token="t")
 
     async def signout(self) -> None:
+        if self.silent:
+            await asyncio.Event().wait()
         self.signouts += 1
 
 

@@ -4,9 +4,11 @@ one's data without being asked; Sign out ends the session and keeps or removes t
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from tests.webapp.test_client import make_client
+from tests.webapp.test_client import OfflineTransport, make_client
+from webapp.app import SIGNIN_NO_ANSWER
 from webapp.sync import Status
 
 
@@ -80,6 +82,37 @@ async def test_sign_out_ends_the_session_and_keeps_or_removes_this_devices_copy(
     await client.dispatch("confirm-signout", {"remove": "on"})
     assert auth.signouts == 2 and client.store.account() is None and client.store.chats() == []
     assert "The copy on this device was removed." in page.regions["root"]
+
+
+async def test_a_sign_in_or_out_the_server_never_answers_is_given_up_with_words(tmp_path: Path) -> None:
+    """A server that never answers (a connection left half-open) does not leave a sign-in, a
+    sign-out or the questions asked when online again waiting for good."""
+    client, page, auth = make_client(tmp_path)
+    client.start()
+    client.ask_seconds, auth.silent = 0.05, True
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})
+    assert SIGNIN_NO_ANSWER in page.regions["root"] and 'data-action="signin"' in page.regions["root"]
+    assert client.store.account() is None
+    auth.silent = False
+    await client.dispatch("signin", {"username": "ann", "password": "right one"})  # tried again: in
+    assert client.store.account() is not None and "New chat" in page.regions["root"]
+
+    class Silent(OfflineTransport):
+        async def assistants(self) -> None:
+            await asyncio.Event().wait()
+
+        blob_limits = assistants
+
+    client.s.transport = client.choice.transport = Silent()  # type: ignore[assignment]
+    await client.choice.refresh(0.05)  # (each returns: asked again when next online)
+    await client._learn_limits()
+
+    auth.silent = True
+    await client.dispatch("signout", {})
+    await client.dispatch("confirm-signout", {})  # signed out here, the session left to expire
+    assert "The chats of ann are still on this device." in page.regions["root"]
+    assert "the session ends on the server only when it expires" in page.regions["root"]
+    assert client.store.signed_out() and auth.signouts == 0
 
 
 async def test_the_painted_render_cache_is_asked_for_by_account_and_layout_and_taken_over(tmp_path: Path) -> None:
