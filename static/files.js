@@ -267,23 +267,60 @@ export function send(url, method, headers, body, onProgress, stalledMs = STALLED
   });
 }
 
+// A file from the server: [status, its bytes as a Blob (null unless 200)]. Rejects when the
+// request fails, and, as send, when nothing moved for stalledMs: no answer, or no byte of its
+// body (a connection left half-open), where it would have waited for good. The body is kept as
+// Blobs of up to a MiB as it comes, so the page's own memory holds one piece at a time.
+async function fetched(url, stalledMs) {
+  const controller = new AbortController();
+  let moved = performance.now();
+  const watch = setInterval(() => {
+    if (performance.now() - moved > stalledMs) controller.abort();
+  }, Math.min(1000, stalledMs / 4));
+  try {
+    const response = await fetch(url, { credentials: "same-origin", signal: controller.signal });
+    if (response.status !== 200) return [response.status, null];
+    const reader = response.body.getReader();
+    const parts = [];
+    let pieces = [];
+    let held = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      moved = performance.now();
+      if (value) {
+        pieces.push(value);
+        held += value.byteLength;
+      }
+      if (held >= PIECE_BYTES || (done && pieces.length)) {
+        parts.push(new Blob(pieces));
+        pieces = [];
+        held = 0;
+      }
+      if (done) break;
+    }
+    return [200, new Blob(parts, { type: response.headers.get("Content-Type") ?? "" })];
+  } finally {
+    clearInterval(watch);
+  }
+}
+const PIECE_BYTES = 1 << 20;
+
 // An object URL of what the page shows of the file (an image's thumbnail; the file itself),
 // from IndexedDB, or fetched from the server and kept there first: [url, ""], or ["", "missing"]
-// (the server does not have it: not uploaded yet), or ["", "offline"]. (Strings only: Python
-// reads them as they are.)
-export async function want(sha256) {
+// (the server does not have it: not uploaded yet), or ["", "offline"] (asked again later).
+// (Strings only: Python reads them as they are.)
+export async function want(sha256, stalledMs = STALLED_MS) {
   if (urls.has(sha256)) return [urls.get(sha256), ""];
   let found = await record(sha256);
   if (!found) {
-    let response;
+    let status, blob;
     try {
-      response = await fetch(`/blobs/${sha256}`, { credentials: "same-origin" });
+      [status, blob] = await fetched(`/blobs/${sha256}`, stalledMs);
     } catch {
       return ["", "offline"];
     }
-    if (response.status === 404) return ["", "missing"];
-    if (!response.ok) return ["", "offline"];
-    const blob = await response.blob();
+    if (status === 404) return ["", "missing"];
+    if (!blob) return ["", "offline"];
     found = { blob, thumb: (await pictured(blob).catch(() => null))?.thumb || false };
     await put(sha256, blob, found.thumb, "relaxed"); // (the server has it: a copy, kept for offline use)
   }
