@@ -15,7 +15,7 @@ from hypercorn.config import Config
 from pydantic import ValidationError
 
 from server import auth
-from server.app import create_app, open_attachments, open_store, utc_now
+from server.app import create_app, opened
 from server.chaos.options import add_arguments as chaos_arguments
 from server.config import Settings, add_arguments
 from server.errors import describe
@@ -95,15 +95,12 @@ async def _add_user(settings: Settings, username: str) -> int:
     creds = _credentials(username, f"cannot add {username!r}")
     if creds is None:
         return 2
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    try:
-        await store.create_account(str(uuid.uuid4()), creds.username, auth.hash_password(creds.password, settings))
-    except UsernameTaken:
-        print(f"cannot add {username!r}: this username is taken", file=sys.stderr)
-        return 1
-    finally:
-        await store.close()
+    async with opened(settings) as (store, _):
+        try:
+            await store.create_account(str(uuid.uuid4()), creds.username, auth.hash_password(creds.password, settings))
+        except UsernameTaken:
+            print(f"cannot add {username!r}: this username is taken", file=sys.stderr)
+            return 1
     print(f"added {username}")
     return 0
 
@@ -112,31 +109,20 @@ async def _set_password(settings: Settings, username: str) -> int:
     creds = _credentials(username, f"cannot set the password of {username!r}")
     if creds is None:
         return 2
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    try:
+    async with opened(settings) as (store, _):
         account = await store.find_account(creds.username)
         if account is None:
             print(f"cannot set the password of {username!r}: there is no such account", file=sys.stderr)
             return 1
         await store.set_password_hash(account.id, auth.hash_password(creds.password, settings))
-    finally:
-        await store.close()
     print(f"set the password of {username}")
     return 0
 
 
 async def _compact(settings: Settings) -> None:
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    attachments = open_attachments(store, settings, utc_now)
-    await attachments.open()
-    try:
+    async with opened(settings) as (store, attachments):
         results = await store.compact_all(settings.retention_seconds, settings.compaction_grace_seconds)
         collected = await attachments.collect_garbage(settings.retention_seconds, settings.compaction_grace_seconds)
-    finally:
-        await attachments.close()
-        await store.close()
     for r in results:
         print(
             f"{r.account_id}: {r.superseded_removed} superseded removed, {r.truncated} truncated,"

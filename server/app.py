@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,6 +66,23 @@ class ChatRequest(Request):
 def open_attachments(store: SqlEventStore, settings: Settings, clock: Callable[[], datetime]) -> Attachments:
     blob_store = open_blob_store(store.db, settings.blob_dir, settings.database_url, clock)
     return Attachments(store.db, blob_store, clock, settings.max_file_bytes, settings.max_account_bytes)
+
+
+@asynccontextmanager
+async def opened(settings: Settings) -> AsyncIterator[tuple[SqlEventStore, Attachments]]:
+    """The store and the attachments of ``settings``, open, for a command of
+    ``python -m server`` (add-user, export, compact...); closed after."""
+    store = open_store(settings.database_url, utc_now)
+    await store.open()
+    try:
+        attachments = open_attachments(store, settings, utc_now)
+        await attachments.open()
+        try:
+            yield store, attachments
+        finally:
+            await attachments.close()
+    finally:
+        await store.close()
 
 
 def create_app(settings: Settings, clock: Callable[[], datetime] = utc_now) -> Quart:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from server.app import open_attachments, open_store, utc_now
+from server.app import opened, utc_now
 from server.attachments import Attachments
 from server.config import Settings
 from server.event_store import SqlEventStore
@@ -152,18 +152,11 @@ async def _opened(
     settings: Settings, username: str, doing: str
 ) -> AsyncIterator[tuple[SqlEventStore, Attachments, Account | None]]:
     """The store and the attachments, open, and the account (None, said on stderr, when there is none)."""
-    store = open_store(settings.database_url, utc_now)
-    await store.open()
-    attachments = open_attachments(store, settings, utc_now)
-    await attachments.open()
-    try:
+    async with opened(settings) as (store, attachments):
         account = await store.find_account(username)
         if account is None:
             print(f"cannot {doing}: there is no account {username!r} (python -m server add-user creates one)", file=sys.stderr)
         yield store, attachments, account
-    finally:
-        await attachments.close()
-        await store.close()
 
 
 def _checked(event: DomainEvent, max_content_chars: int) -> DomainEvent | Rejected:
