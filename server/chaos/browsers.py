@@ -13,8 +13,9 @@ import asyncio
 import importlib.util
 import json
 import random
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from playwright.async_api import BrowserContext, ConsoleMessage, Page, Playwright
 
@@ -25,6 +26,9 @@ from server.chaos.procs import kill_browser
 from server.config import ROOT
 
 BOOT_TIMEOUT = 120_000  # ms (Pyodide's first start on a loaded machine)
+# A page that does not answer a question (its main thread busy) for this long is frozen: recorded
+# ("unresponsive"; after the heal it is stuck), and the run goes on without its answer.
+ANSWER_SECONDS = 60.0
 # What Chromium itself logs as an error when the network fails under the nemesis (a server killed
 # or paused): a request that failed, a live socket that could not connect. Anything else a page
 # logs as an error is the app's own.
@@ -59,8 +63,16 @@ SENT = """(tag) => {
   if (!item && box.value.includes(tag) && note.includes("Not sent")) return { refused: note, composer: box.value };
   return null;
 }"""
+SHOWN = "() => [...document.querySelectorAll('#messages > li.user')].map((li) => [li.id, li.textContent])"
 SETTLED = "chat_client.store.pending_count() == 0 and not chat_client.store.queued_uploads()"
 WORDS = "a page typed this while the servers were dying and the sockets were cut".split()
+
+
+T = TypeVar("T")
+
+
+class Unresponsive(Exception):
+    """The page did not answer within ANSWER_SECONDS."""
 
 
 def launch_args() -> dict[str, Any]:
@@ -128,7 +140,10 @@ class BrowserDevice:
     async def close(self) -> None:
         if self.context is not None:
             try:
-                await self.context.close()
+                async with asyncio.timeout(ANSWER_SECONDS):
+                    await self.context.close()
+            except TimeoutError:  # (a browser that does not answer: killed)
+                await asyncio.to_thread(kill_browser, self.profile)
             except Exception:  # (gone already)
                 pass
             self.context = self.page = None
@@ -258,11 +273,22 @@ class BrowserDevice:
 
     # --- the end --------------------------------------------------------------------------------
 
+    async def _answer(self, what: str, question: Awaitable[T]) -> T:
+        """The page's answer to ``question`` (an evaluate: Playwright waits for it for good), or
+        Unresponsive, recorded, when none came within ANSWER_SECONDS."""
+        try:
+            async with asyncio.timeout(ANSWER_SECONDS):
+                return await question
+        except TimeoutError:
+            self.history.record({"op": "unresponsive", "browser": self.name, "what": what, "seconds": ANSWER_SECONDS})
+            raise Unresponsive(what) from None
+
     async def signed_out(self) -> bool:
         if self.page is None:
             return False
         try:
-            return bool(await self.page.evaluate("() => document.getElementById('status')?.dataset.state === 'signed-out'"))
+            state = self.page.evaluate("() => document.getElementById('status')?.dataset.state === 'signed-out'")
+            return bool(await self._answer("signed out?", state))
         except Exception:
             return False
 
@@ -270,22 +296,31 @@ class BrowserDevice:
         if self.page is None:
             return False
         try:
-            return bool(await self.page.evaluate("(code) => pyodide.runPython(code)", SETTLED))
+            return bool(await self._answer("settled?", self.page.evaluate("(code) => pyodide.runPython(code)", SETTLED)))
         except Exception:
             return False
 
     async def last_seq(self) -> int:
-        assert self.page is not None
-        return int(await self.page.evaluate("() => pyodide.runPython('chat_client.store.last_seq()')"))
+        """The page's last seq (-1 when it does not say)."""
+        if self.page is None:
+            return -1
+        try:
+            return int(await self._answer("last seq?", self.page.evaluate("() => pyodide.runPython('chat_client.store.last_seq()')")))
+        except Exception:
+            return -1
 
-    async def final(self) -> dict[str, Any]:
+    async def final(self) -> dict[str, Any] | None:
+        """What the page holds (None when it does not answer: recorded as unresponsive)."""
         if self.page is None:  # (a reopen that failed: open it once more to read it)
             await self.open()
             await self.signed_in()
         assert self.page is not None
-        data = json.loads(await self.page.evaluate("(code) => pyodide.runPython(code)", FINAL))
-        # What the open chat shows: a message drawn twice (one id twice, or one text under two ids).
-        shown = await self.page.evaluate("() => [...document.querySelectorAll('#messages > li.user')].map((li) => [li.id, li.textContent])")
+        try:
+            data = json.loads(await self._answer("final read", self.page.evaluate("(code) => pyodide.runPython(code)", FINAL)))
+            # What the open chat shows: a message drawn twice (one id twice, or one text under two ids).
+            shown = await self._answer("messages shown", self.page.evaluate(SHOWN))
+        except Unresponsive:
+            return None
         ids = [i for i, _ in shown]
         tags = [tag_of(text) for _, text in shown]
         twice = sorted({i.removeprefix("m-") for i, tag in zip(ids, tags) if ids.count(i) > 1 or (tag and tags.count(tag) > 1)})

@@ -14,7 +14,8 @@ saved once gives the same counts for ever (``python -m server chaos --check FILE
 - **order**: a live socket that delivered, after ``caughtUp``, a seq that is not the one after
   the last (one per such frame); a queued follow-up sent before one queued earlier in its chat.
 - **stuck**: a reply still ``queued`` or ``streaming`` after the heal; a follow-up still queued
-  in a chat whose queue is not paused; a device with unsent events or files.
+  in a chat whose queue is not paused; a device with unsent events or files; a page that did
+  not answer for a minute after the heal (its main thread frozen).
 - **typed-lost**: a browser's composer that, reopened after a kill or reload, does not hold what
   was typed into it more than ``TYPED_WINDOW`` seconds before; a message a browser's app refused
   whose text is not back in its composer.
@@ -99,6 +100,9 @@ def check(records: Iterable[dict[str, Any]]) -> Report:
             report.add("duplicated", f"{who} shows message {message_id} more than once")
     _order(report, records, saves, messages)
     _stuck(report, messages)
+    for r in records:
+        if r["op"] == "unresponsive":
+            report.add("stuck", f"{r['browser']}'s page did not answer ({r['what']}) for {r['seconds']:.0f} s after the heal")
     _typed(report, records)
     blobs = {r["sha256"]: r for r in records if r["op"] == "blob"}
     for m in messages.values():

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import logging
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -66,9 +67,17 @@ def summary(records: list[dict[str, Any]], report: Report) -> str:
     return "\n".join(lines)
 
 
+def dump_tasks() -> None:
+    """Where every task of the run is waiting, on stderr (on SIGUSR1: the chaos minute's test
+    sends it to a run that did not end in time, before it kills it)."""
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=12, file=sys.stderr)
+
+
 async def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(10**6)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
     with tempfile.TemporaryDirectory(prefix="chaos-") as folder:
         directory = Path(folder)
         history = History(args.history)
@@ -111,11 +120,14 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.gather(*jobs)
             history.record({"op": "heal"})
             await nemesis.heal()
+            history.record({"op": "healed"})
             server = await settle(world, devices, browsers, history, args.heal_seconds)
             for device in devices:
                 history.record(device.final())
             for browser in browsers:
-                history.record(await browser.final())
+                final = await browser.final()
+                if final is not None:  # (else its "unresponsive" is recorded: stuck)
+                    history.record(final)
             history.record(server)
             await read_blobs(world, server, history)
         finally:

@@ -25,9 +25,11 @@ began. The records (``op``):
   ``shownTwice`` (messages a page shows more than once).
 - ``blob``: an attachment of the final state downloaded from the server: ``sha256``, ``ok``.
 - ``did``: a device or browser did one operation of the workload (``what``), for the report.
-- ``heal``: the nemesis stopped and undid its faults; ``settled``: the wait after it ended
+- ``heal`` / ``healed``: the nemesis stopped / its faults are undone; ``settled``: the wait after it ended
   (``after`` seconds, the server's ``seq``); ``unsettled``: it ended with something still unsent
   or running, the log ``still`` for that long (the checker counts what is left as stuck).
+- ``unresponsive``: a page did not answer the run's question (``what``) within ``seconds`` after
+  the heal (the checker counts it as stuck).
 - ``signin-again`` / ``crashed``: a browser reopened signed out and was signed in again / a page
   crashed as it started and was opened again (observations, not anomalies).
 - ``error``: an operation or a fault of the run itself that failed (``error``), not a finding.

@@ -3,8 +3,11 @@ PostgreSQL, four engine devices and one browser, every fault of the nemesis, and
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from server.chaos.browsers import apps_own
@@ -19,11 +22,23 @@ def test_a_minute_of_chaos_on_two_servers_finds_no_anomaly(tmp_path: Path) -> No
     history = tmp_path / "history.jsonl"
     command = [
         sys.executable, "-m", "server", "chaos", "--seconds", "60", "--servers", "2", "--devices", "4", "--browsers", "1",
-        "--database-url", POSTGRES_URL, "--seed", "22", "--history", str(history),
+        "--database-url", POSTGRES_URL, "--seed", "22", "--history", str(history), "--heal-seconds", "180",
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert "anomalies: 0 " in done.stdout
+    # (The run bounds its every wait, so it ends well within this; if it does not, the run and all
+    # it started are killed, and what its history holds last says where it was.)
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = run.communicate(timeout=480)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGUSR1)  # (it prints where each of its tasks waits)
+        time.sleep(2)
+        os.killpg(run.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        last = history.read_text().splitlines()[-40:] if history.exists() else []
+        said = "\n".join(last) + "\n" + stderr[-8000:]
+        raise AssertionError(f"the chaos run did not end in 480 s; its history ends, then where it waited:\n{said}") from None
+    assert run.returncode == 0, stdout + stderr[-3000:]
+    assert "anomalies: 0 " in stdout
     records = load(history)
     faults = {r["kind"] for r in records if r["op"] == "fault"}
     assert faults == set(KINDS), faults  # (in rounds: every kind once a round, server/chaos/nemesis.py)

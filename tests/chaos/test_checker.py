@@ -223,6 +223,12 @@ def test_an_outbox_not_empty_is_counted_stuck() -> None:
     only(check(history).counts, "stuck")
 
 
+def test_a_page_that_did_not_answer_after_the_heal_is_counted_stuck() -> None:
+    history = clean()
+    history.insert(-2, {"t": 6, "op": "unresponsive", "browser": "b1", "what": "final read", "seconds": 60.0})
+    only(check(history).counts, "stuck")
+
+
 def test_a_follow_up_left_queued_when_nothing_waits_is_counted_stuck() -> None:
     history = clean()
     q = "0193a000-0000-7000-8000-000000000011"
