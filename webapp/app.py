@@ -621,7 +621,7 @@ class Client:
             session = await answered_within(signin, self.ask_seconds)
         except (AuthFailed, NetworkError) as e:
             why = SIGNIN_NO_ANSWER if isinstance(e, NetworkError) else str(e)
-            self._show_auth(ui.session_ended(attempt.username, why) if resuming else ui.auth_form(why))
+            self._show_auth(ui.session_ended(attempt.username, why) if resuming else ui.auth_form(why, username=attempt.username))
             return
         same = previous is not None and previous.user_id == session.user_id
         if previous is not None and not same:

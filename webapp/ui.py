@@ -36,7 +36,9 @@ def status_text(status: Status, progress: tuple[int, int | None] | None = None) 
     return f"Syncing… {done:,} of {max(total, done):,}" if total is not None else f"Syncing… {done:,}"
 
 
-def auth_form(error: str | None = None, note: str | None = None) -> str:
+def auth_form(error: str | None = None, note: str | None = None, username: str = "") -> str:
+    """The sign-in form; after a sign-in that failed, with its error and the username typed (the
+    password is typed again)."""
     message = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
     if note:
         message += f'<p class="note" role="status">{escape(note)}</p>'
@@ -44,7 +46,7 @@ def auth_form(error: str | None = None, note: str | None = None) -> str:
 <form class="auth" data-action="signin">
   <h1>Sign in</h1>
   {message}
-  <label>Username <input name="username" autocomplete="username" required></label>
+  <label>Username <input name="username" autocomplete="username" value="{escape(username)}" required></label>
   <label>Password <input name="password" type="password" autocomplete="current-password" required minlength="8"></label>
   <div class="row">
     <button type="submit" name="mode" value="signin">Sign in</button>

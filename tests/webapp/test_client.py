@@ -124,6 +124,7 @@ async def test_sign_in_create_a_chat_and_send_offline(tmp_path: Path) -> None:
     auth.accept = False
     await client.dispatch("signin", {"username": "ann", "password": "wrong one"})
     assert "Wrong username or password." in page.regions["root"]
+    assert 'name="username" autocomplete="username" value="ann"' in page.regions["root"]  # (kept: only the password is typed again)
     auth.accept = True
     await client.dispatch("signin", {"username": "ann", "password": "right one"})
     assert "ann" in page.regions["root"] and "New chat" in page.regions["root"]
