@@ -22,7 +22,8 @@ import json
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,20 +94,21 @@ class FakeUpstream:
         ready.wait(10)
         self.thread_loop = loop
 
-    def hold_from_thread(self) -> None:
-        """From the test's thread, with the service in its own (``start_in_thread``): the next
-        answers wait after their first word until ``release_from_thread``."""
+    @contextmanager
+    def held_from_thread(self) -> Iterator[None]:
+        """From the test's thread, with the service in its own (``start_in_thread``): the answers
+        begun inside wait after their first word until the block ends, then go on."""
         self._in_its_thread(lambda: setattr(self, "hold", asyncio.Event()))
-
-    def release_from_thread(self) -> None:
-        """The answers held go on, and the next are not held."""
 
         def release() -> None:
             if self.hold is not None:
                 self.hold.set()
             self.hold = None
 
-        self._in_its_thread(release)
+        try:
+            yield
+        finally:
+            self._in_its_thread(release)
 
     def _in_its_thread(self, change: Callable[[], None]) -> None:
         """``change`` made on the service's own loop, and done when this returns."""

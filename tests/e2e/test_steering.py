@@ -116,15 +116,12 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
     context, a = reopened(playwright, profile, steer_server)
     # The answer waits after its first word until it is stopped (a loaded run's Stop reached the
     # server once the 60 words, 3 s, had all gone: "Answer complete.").
-    upstream.hold_from_thread()
-    try:
+    with upstream.held_from_thread():
         send(a, "Tell me everything", assistant="fake")
         reply = a.locator(".message.assistant").last
         expect(reply.locator(".content")).to_contain_text("word0", timeout=30_000)  # (some of it written)
         reply.get_by_role("button", name="Stop").click()
         expect(reply.get_by_text("Stopped.")).to_be_visible()
-    finally:
-        upstream.release_from_thread()
     expect(reply.locator(".content")).to_contain_text("word0")  # (what it had stays on screen)
     stopped = reply.locator(".content").inner_text()
     assert stopped and full_answer(WORDS).startswith(stopped) and stopped != full_answer(WORDS)
@@ -140,8 +137,7 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
 
     # Stopped on one device (a follow-up queued meanwhile waits, and is cleared), continued from another.
     b = device(contexts, steer_server, username)
-    upstream.hold_from_thread()  # (as above: the answer goes on once stopped)
-    try:
+    with upstream.held_from_thread():  # (as above: the answer goes on once stopped)
         send(a, "And once more", assistant="fake")
         reply = a.locator(".message.assistant").last
         expect(reply.locator(".content")).to_contain_text("word0", timeout=30_000)
@@ -150,8 +146,6 @@ def test_continue_after_a_stop_after_a_kill_and_on_a_second_device(
         reply.get_by_role("button", name="Stop").click()
         on_b = b.locator(".message.assistant").last
         expect(on_b.get_by_text("Stopped.")).to_be_visible()
-    finally:
-        upstream.release_from_thread()
     expect(a.get_by_text("1 queued —")).to_be_visible()
     b.get_by_role("button", name="Clear").click()
     expect(a.get_by_text("Then this")).to_have_count(0)
@@ -170,8 +164,7 @@ def test_follow_ups_queued_during_an_answer_are_answered_in_order_after_the_tab_
     a = device(contexts, steer_server, username, signup=True)
     new_chat(a)
     asked = len(upstream.requests)
-    upstream.hold_from_thread()  # (the first answer waits after its first word while the rest are queued)
-    try:
+    with upstream.held_from_thread():  # (the first answer waits after its first word while the rest are queued)
         send(a, "First question", assistant="fake")
         expect(a.locator(".message.assistant").last).to_have_attribute("data-state", "streaming", timeout=30_000)
         box = a.get_by_role("textbox", name="Message")
@@ -185,8 +178,6 @@ def test_follow_ups_queued_during_an_answer_are_answered_in_order_after_the_tab_
         expect(a.locator(".message.user").last.get_by_role("button", name="Remove")).to_be_visible()
         expect(a.get_by_role("button", name=re.compile("unsent"))).to_have_count(0)  # all on the server
         a.context.close()  # nobody is there when the answer ends
-    finally:
-        upstream.release_from_thread()
 
     b = device(contexts, steer_server, username)  # a device that opens later
     expect(b.locator(".message.assistant[data-state=completed]")).to_have_count(4, timeout=60_000)
