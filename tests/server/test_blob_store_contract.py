@@ -7,7 +7,10 @@ what one wrote, the other reads; their appends to one upload never interleave.""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hashlib
+import mmap
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 from server import blobs
 from server.blobs import (
     ROW_BYTES,
+    SYNC_BYTES,
     BlobMissing,
     BlobStore,
     FileBlobStore,
@@ -367,6 +371,47 @@ async def test_a_file_store_completes_an_upload_of_its_own_without_reading_it_ag
     assert await again.complete(OTHER, sha, len(DATA)) == len(DATA) and reads == [len(DATA)]
     await store.close()
     await again.close()
+
+
+def resident_pages(path: Path) -> int:
+    """How many of the file's pages the page cache holds now (mincore(2), on a mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    with path.open("rb") as f:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            held = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(address, size, held) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(address, size)
+    return sum(page & 1 for page in held)
+
+
+async def test_a_file_store_lets_go_of_an_upload_s_pages_once_they_are_on_disk(tmp_path: Path) -> None:
+    """Nothing reads an upload's bytes again soon, so they leave the page cache once durable
+    (server/blobs.py: _settle): a 50 MB upload does not take 50 MB of pages the system has not
+    used yet, which cost this machine ten times as much to write into as pages it let go of."""
+    data = os.urandom(3 * SYNC_BYTES + 12345)
+    cached = tmp_path / "cached"
+    cached.write_bytes(data)
+    assert resident_pages(cached) > 0  # (this file system keeps what is written in its cache)
+    store = FileBlobStore(tmp_path / "data", Clock())
+    await store.open()
+    sha = digest(data)
+    half = len(data) // 2
+    assert await store.append_from(OWNER, sha, 0, pieces_of(data[:half], 64 * 1024), half) == half
+    assert resident_pages(store._part(OWNER, sha)) == 0  # (an append's bytes, when it returns)
+    await store.append_from(OWNER, sha, half, pieces_of(data[half:], 64 * 1024), len(data) - half)
+    await store.complete(OWNER, sha, len(data))
+    assert resident_pages(store._blob(sha)) == 0
+    assert await read_all(store, sha) == data
+    await store.close()
 
 
 async def pieces_of(data: bytes, size: int, then: BaseException | None = None) -> AsyncIterator[bytes]:
