@@ -33,7 +33,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from server.blobs import BlobMissing, BlobStore, HashMismatch, OffsetMismatch, TooMuch, one_piece
+from server.blobs import BlobMissing, BlobStore, HashMismatch, OffsetMismatch, TooMuch, first_bytes, one_piece
 from server.db import Database, integer, optional_text, text
 from shared.models import format_time
 
@@ -180,11 +180,14 @@ class Attachments:
     def read(self, sha256: str) -> AsyncGenerator[bytes, None]:
         return self.blobs.read(sha256)
 
-    async def bytes_of(self, account_id: str, sha256: str) -> bytes | None:
-        """The whole blob, if the account holds it (for a model's request: shared/prompt.py)."""
+    async def bytes_of(self, account_id: str, sha256: str, most: int | None = None) -> bytes | None:
+        """The blob (with ``most``: no more than its first ``most`` bytes), if the account holds
+        it (for a model's request: shared/prompt.py)."""
         if await self.held_size(account_id, sha256) is None:
             return None
         try:
+            if most is not None:
+                return await first_bytes(self.blobs, sha256, most)
             return b"".join([piece async for piece in self.blobs.read(sha256)])
         except BlobMissing:
             return None

@@ -215,17 +215,19 @@ class _Turns:
 
 
 async def first_bytes(store: BlobStore, sha256: str, count: int) -> bytes:
-    """Up to ``count`` bytes of the blob's start (for ``sniff``)."""
-    head = b""
+    """Up to ``count`` bytes of the blob's start (for ``sniff``, and what a model reads of a
+    text file)."""
+    head, have = [], 0
     pieces = store.read(sha256)
     try:
         async for piece in pieces:
-            head += piece
-            if len(head) >= count:
+            head.append(piece[: count - have])
+            have += len(head[-1])
+            if have >= count:
                 break
     finally:
         await pieces.aclose()
-    return head[:count]
+    return b"".join(head)
 
 
 # --- the file system -------------------------------------------------------------------------

@@ -353,8 +353,8 @@ class RunWorker:
         finally:
             await self._ended_stream(run)
 
-    async def _blob(self, account_id: str, sha256: str) -> bytes | None:
-        return None if self._attachments is None else await self._attachments.bytes_of(account_id, sha256)
+    async def _blob(self, account_id: str, sha256: str, most: int | None) -> bytes | None:
+        return None if self._attachments is None else await self._attachments.bytes_of(account_id, sha256, most)
 
     async def _must_wait(self, run: Run, history: list[Message]) -> bool:
         """Whether the run waits for its question's attachments (not all on the server yet):

@@ -33,9 +33,12 @@ from shared.sniff import IMAGE_TYPES, PDF_TYPE, SNIFF_BYTES, TEXT_TYPE, sniff
 MAX_FILE_CHARS = 100_000  # of one file's text
 MAX_TEXT_CHARS = 400_000  # of all the files' text in one request
 
-# The bytes of a file by its digest, or None when they cannot be had (not on the server; not on
-# this device nor reachable).
-BlobReader = Callable[[str], Awaitable[bytes | None]]
+# The bytes of a file by its digest (with ``most``: no more than its first ``most``), or None
+# when they cannot be had (not on the server; not on this device nor reachable).
+BlobReader = Callable[[str, int | None], Awaitable[bytes | None]]
+# What is read of a text file: more characters than ``MAX_FILE_CHARS`` whenever the file has more
+# bytes than this (UTF-8 takes at most 4 a character), so a cut says so.
+TEXT_READ_BYTES = 4 * MAX_FILE_CHARS + 4
 # The text of a PDF's bytes (shared/pdf.py's ``pdf_text``, wherever it runs), or None.
 PdfReader = Callable[[bytes], Awaitable[str | None]]
 
@@ -74,11 +77,15 @@ async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, read_pdf
     text = turn.content
     images: list[dict[str, Any]] = []
     for attachment in turn.attachments:
-        data = await read(attachment.sha256)
+        # (What a file is, from its first bytes; the rest read only for what the model is given:
+        # a 20 MB file of another kind is not read whole for every turn of its chat.)
+        data = await read(attachment.sha256, SNIFF_BYTES)
+        kind = None if data is None else sniff(data)
+        if data is not None and len(data) == SNIFF_BYTES and _given(kind, vision):
+            data = await read(attachment.sha256, TEXT_READ_BYTES if kind == TEXT_TYPE else None)
         if data is None:
             text += _note(attachment, "is not on the server (it was not uploaded from the device that sent it)")
             continue
-        kind = sniff(data[:SNIFF_BYTES])
         if kind in IMAGE_TYPES:
             if vision:
                 url = f"data:{kind};base64,{base64.b64encode(data).decode()}"
@@ -102,6 +109,11 @@ async def _with_attachments(turn: Turn, vision: bool, read: BlobReader, read_pdf
         return Turn(turn.role, text, attachments=turn.attachments)
     parts: tuple[dict[str, Any], ...] = ({"type": "text", "text": text}, *images)
     return Turn(turn.role, text, attachments=turn.attachments, parts=parts)
+
+
+def _given(kind: str | None, vision: bool) -> bool:
+    """Whether a file of this kind goes to the model (else it is left out with a note)."""
+    return kind in (TEXT_TYPE, PDF_TYPE) or (vision and kind in IMAGE_TYPES)
 
 
 def _note(attachment: Attachment, what: str) -> str:

@@ -340,11 +340,13 @@ export function knownUrl(sha256) {
   return urls.get(sha256) ?? "";
 }
 
-// The bytes of a kept file, for a model on this device (webapp/files.py: read), fetched from the
-// server and kept first if this device does not have it; null when they cannot be had.
-export async function bytesOf(sha256) {
+// The bytes of a kept file (a number most: no more than its first most), for a model on this
+// device (webapp/files.py: read), fetched from the server and kept first if this device does not
+// have it; null when they cannot be had.
+export async function bytesOf(sha256, most) {
   let blob = await stored(sha256);
   if (!blob && !(await want(sha256))[1]) blob = await stored(sha256);
+  if (blob && typeof most === "number") blob = blob.slice(0, most);
   return blob ? new Uint8Array(await blob.arrayBuffer()) : null;
 }
 

@@ -422,8 +422,8 @@ class PageFiles:
         url, why = (str(v) for v in await js.chatFiles.want(sha256))
         return url or None, why or None
 
-    async def file_bytes(self, sha256: str) -> bytes | None:
-        found = await js.chatFiles.bytesOf(sha256)
+    async def file_bytes(self, sha256: str, most: int | None) -> bytes | None:
+        found = await js.chatFiles.bytesOf(sha256, most)
         return None if found is None else bytes(found.to_bytes())
 
     async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:

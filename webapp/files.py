@@ -78,9 +78,10 @@ class FilesHost(Protocol):
         device does not have it), or None and why: "missing" (the server does not have it) or
         "offline"."""
 
-    async def file_bytes(self, sha256: str) -> bytes | None:
-        """The bytes of a kept file (fetched from the server and kept first, if this device
-        does not have it), for a model on this device; None when they cannot be had."""
+    async def file_bytes(self, sha256: str, most: int | None) -> bytes | None:
+        """The bytes of a kept file (with ``most``: no more than its first ``most``), fetched
+        from the server and kept first if this device does not have it, for a model on this
+        device; None when they cannot be had."""
 
     async def export(self, filename: str, text: str, digests: list[str]) -> list[str]:
         """Offer an export with files to save: a tar of ``text`` (``chat-export.json``) and the
@@ -162,13 +163,13 @@ class Files:
         """Why a file over the largest the server takes is not attached."""
         return f"{name} is {size_text(size)}: the largest file the server takes is {size_text(self.max_file_bytes)}."
 
-    async def read(self, sha256: str) -> bytes | None:
-        """A file's bytes, for a model on this device (shared/prompt.py); None when they cannot
-        be had (the page's storage failing counts)."""
+    async def read(self, sha256: str, most: int | None = None) -> bytes | None:
+        """A file's bytes (``most``: its first ``most``), for a model on this device
+        (shared/prompt.py); None when they cannot be had (the page's storage failing counts)."""
         if self.host is None:
             return None
         try:
-            return await self.host.file_bytes(sha256)
+            return await self.host.file_bytes(sha256, most)
         except Exception:
             log.exception("a file could not be read for a model on this device")
             return None

@@ -109,8 +109,9 @@ class Disk:
         text, files = _read_tar(raw)
         return text.decode(), [{"token": self.hold(data, ""), "sha256": d, "size": len(data)} for d, data in files.items()]
 
-    async def file_bytes(self, sha256: str) -> bytes | None:
-        return self.kept.get(sha256)
+    async def file_bytes(self, sha256: str, most: int | None) -> bytes | None:
+        data = self.kept.get(sha256)
+        return None if data is None else data[:most]
 
     async def size(self, sha256: str) -> int | None:
         data = self.kept.get(sha256)
