@@ -29,7 +29,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from tests.bench import browser_sync
 from tests.e2e.conftest import playwright_config
-from tests.e2e.pages import open_app, wait_for_service_worker
+from tests.e2e.pages import open_app
 from tests.processes import Server
 
 TRACE = """
@@ -75,11 +75,7 @@ def sign_in(browser: Browser, server: Server, username: str, spinning: bool) -> 
         context = browser.new_context(base_url=server.url)
         page = context.new_page()
         open_app(page)
-        wait_for_service_worker(page)
-        for _ in range(1200):
-            if page.evaluate(browser_sync.WARMED):
-                break
-            page.wait_for_timeout(100)
+        browser_sync.until_warmed(page)
         page.evaluate("code => pyodide.runPython(code)", TRACE)
         page.fill("input[name=username]", username)
         page.fill("input[name=password]", browser_sync.PASSWORD)
