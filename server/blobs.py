@@ -237,10 +237,11 @@ class FileBlobStore:
     """Blobs as files: ``<root>/blobs/ab/cd/<sha256>``; an upload in progress is
     ``<root>/uploads/<owner>/<sha256>.part``, written in place as the bytes come, hashed as they
     are written (in a thread, while the event loop receives the next), fsynced before an append
-    returns (and then let go of from the page cache), and renamed into ``blobs/`` only once its digest is checked (then the directory is
-    fsynced too). A file's modification time is when it was completed (``clock``). Appends to
-    an upload take turns by a lock of its file (``flock``), so several processes may share the
-    directory; within a process an asyncio lock keeps them from each holding a thread. The
+    returns (and then let go of from the page cache), and renamed into ``blobs/`` only once its
+    digest is checked (then the directory is fsynced too). A file's modification time is when
+    it was completed (``clock``). Appends to an upload take turns by a lock of its file
+    (``flock``), so several processes may share the directory; within a process an asyncio
+    lock keeps them from each holding a thread. The
     running SHA-256 of an upload stays with this process, so the last append checks the digest
     without reading the file again; the file is read (once) only when another process, or this
     one before a restart, wrote part of it."""
