@@ -783,11 +783,11 @@ class Client:
             await self._not_taken(message_id, draft_of, text, attached, "it could not be saved on this device")
             raise
         self.view.sending_taken(message_id)  # (drawn, or gone, at the redraw below)
-        if attached and self.uploads is not None:
-            self.uploads.kick()
         self._refused.pop(draft_of, None)
         await self._choose(chosen)
         self.redraw(chat_changed=bool(chat_change) and chat_change[0][0] is EventType.CHAT_CREATED)
+        if attached and self.uploads is not None:  # (its hashing and reads after the message is drawn, not in that frame's way)
+            self.pane.after_frame(self.uploads.kick)
         if attached:
             self._draw_composer_files()
         if asked is not None and not run:

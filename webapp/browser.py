@@ -16,7 +16,7 @@ from typing import Any
 
 import js
 from pydantic import TypeAdapter
-from pyodide.ffi import create_once_callable, create_proxy, to_js
+from pyodide.ffi import create_proxy, to_js
 from pyodide.http import pyfetch
 
 from shared.assistants import DEFAULT_SAMPLING, Piece, Sampling, Turn, UpstreamError, completion_pieces, completion_request
@@ -446,8 +446,24 @@ class PageBlobs:
         return Chunk(int(sliced.size), sliced)
 
 
+FRAME_FALLBACK_MS = 100  # how long what waits for a frame waits when none comes
+
+
 def _next_frame(draw: Callable[[], None]) -> None:
-    js.requestAnimationFrame(create_once_callable(lambda _time: draw()))
+    """``draw`` at the next animation frame or, should none come (a hidden page draws none), a
+    moment later: once, whichever is first (static/app.js ``painted`` does the same for its own).
+    What waits for a frame goes on in a tab left in the background (an upload started after a
+    Send's frame, webapp/app.py)."""
+
+    def once(*_: Any) -> None:
+        js.cancelAnimationFrame(frame)
+        js.clearTimeout(timer)
+        proxy.destroy()
+        draw()
+
+    proxy = create_proxy(once)
+    frame = js.requestAnimationFrame(proxy)
+    timer = js.setTimeout(proxy, FRAME_FALLBACK_MS)
 
 
 def _now() -> str:

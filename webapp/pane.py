@@ -73,6 +73,7 @@ class MessagePane:
         self._dirty: set[str] = set()
         self._whole = False  # a whole draw is asked for the next frame (draw_soon)
         self._frame_asked = False
+        self._after_frame: list[Callable[[], None]] = []  # run at the next frame, after its drawing
         self.expanded: set[str] = set()  # answers whose "Instructions used" are shown
         self._paused = False  # the open chat's queue waits for Send now (a Stop or a failure)
 
@@ -215,8 +216,22 @@ class MessagePane:
             self._frame_asked = True
             self._schedule_frame(self._frame)
 
+    def after_frame(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` at the next frame, once what it draws is drawn: work that can wait,
+        kept out of the way of drawing what the person just did."""
+        self._after_frame.append(callback)
+        self._ask_frame()
+
     def _frame(self) -> None:
         self._frame_asked = False
+        try:
+            self._draw_frame()
+        finally:
+            waiting, self._after_frame = self._after_frame, []
+            for callback in waiting:
+                callback()
+
+    def _draw_frame(self) -> None:
         if self._whole:
             self.draw()
             return

@@ -1,6 +1,7 @@
 """Attachments in Chromium, against the real server: attached offline and shown at once, kept by
 a reload, uploaded once when online, shown on another device and kept there for offline use;
-pasted and dropped; refused over the limit with words, the text kept; an upload cut by a killed
+pasted and dropped; refused over the limit with words, the text kept; sent and uploaded from a
+page that draws no frames (a tab in the background); an upload cut by a killed
 browser resumed from the server's offset; an image reaching a model that reads images as a
 data-URL content part, and a model that does not named before Send; the same for "Model on this
 device", which the page calls itself, with a PDF's text read in the page's worker (offline
@@ -242,7 +243,7 @@ def test_export_everything_carries_the_files_and_importing_it_elsewhere_restores
     other.context.close()
 
 
-def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_in_words(contexts: Contexts, server: Server) -> None:
+def test_a_pasted_or_dropped_file_is_attached_one_over_the_limit_is_refused_in_words_and_a_hidden_page_uploads(contexts: Contexts, server: Server) -> None:
     page = contexts.page(server.url)
     open_app(page)
     sign(page, f"paste{uuid.uuid4().hex[:8]}", PASSWORD, signup=True)
@@ -270,6 +271,17 @@ def test_a_pasted_or_dropped_file_is_attached_and_one_over_the_limit_is_refused_
     expect(page.get_by_role("alert")).to_contain_text("huge.bin is 25 MB: the largest file the server takes is 20 MB.")
     expect(page.get_by_role("button", name="Remove huge.bin")).to_have_count(0)
     expect(box).to_have_value("the text stays")
+
+    # Sent from a page that draws no frames (a tab in the background): the message is drawn and
+    # its files uploaded all the same (what waits for a frame goes on a moment later).
+    page.evaluate("() => { window.requestAnimationFrame = () => 0; }")
+    box.press("Enter")
+    message = page.locator(".message", has_text="the text stays")
+    expect(message.get_by_role("link", name="Download pasted.txt")).to_be_visible()
+    expect(message.locator("[data-upload]")).to_have_count(0, timeout=30_000)
+    for data in (b"pasted bytes", b"dropped bytes"):
+        head = page.request.head(f"/blobs/{hashlib.sha256(data).hexdigest()}", headers={"Tus-Resumable": "1.0.0"})
+        assert head.status == 200 and head.headers["upload-offset"] == str(len(data)), (head.status, head.headers)
 
 
 @pytest.fixture(scope="module")

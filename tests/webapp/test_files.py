@@ -803,6 +803,27 @@ async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_
     assert "data-upload" not in page.items[key] and "cat.png" in page.regions["composer-files"]
 
 
+async def test_a_sends_upload_starts_at_the_next_frame_once_its_message_is_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not in the Send's own task: its hashing and reads kept out of the way of the frame that
+    shows the message (in the browser a frame, or a moment later in a hidden tab: webapp/browser.py)."""
+    disk, server, page = Disk(), Blobs(), FakePage()
+    client, chat = await uploading_client(LocalStore(str(tmp_path / "local.db"), FilePersistence()), disk, server, page)
+    await client.dispatch("send", {"text": "first", "chat": chat, "assistant": ""})
+    page.paint()
+    assert client.uploads is not None
+    kicked: list[bool] = []
+    monkeypatch.setattr(client.uploads, "kick", lambda: kicked.append(any("the notes" in html for html in page.items.values())))
+    await attach(client, disk, pattern(4500, seed=5), "notes.bin", "application/octet-stream")
+    await client.dispatch("send", {"text": "the notes", "chat": chat, "assistant": ""})
+    assert kicked == []
+    page.paint()
+    assert kicked == [True]
+    page.paint()  # (once)
+    assert kicked == [True]
+
+
 class SeenFlushes(FilePersistence):
     """What each write made durable: (files queued for upload, events in the outbox)."""
 
