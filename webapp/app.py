@@ -49,7 +49,7 @@ from webapp.steering import Steering, SteeringHost
 from webapp.store import Account, LocalStore
 from webapp.sync import Status, SyncEngine
 from webapp.transport import ASK_SECONDS, NetworkError, ServerError, Transport, answered_within
-from webapp.uploads import DONE, BlobSource, UploadEngine
+from webapp.uploads import DONE, EVENTS_FIRST_SECONDS, BlobSource, UploadEngine
 
 NO_ASSISTANT = ""  # chosen in the composer: a message with no answer
 LOCAL_ASSISTANTS = (LOCAL_TOOLS_ID, DEVICE_MODEL_ID)  # those that answer on this device
@@ -209,8 +209,9 @@ class Client:
         self._uploaded_since: dict[str, int] = {}  # files uploaded since the account's figure was asked
         self._remembered: tuple[int | None, str] | None = None  # (room, image notes) as the page last had them
         self.uploads = None if services.blobs is None else UploadEngine(
-            self.store, services.transport, services.blobs, on_change=self._upload_changed
-        )
+            self.store, services.transport, services.blobs, on_change=self._upload_changed,
+            events_first=partial(self.engine.pushed, EVENTS_FIRST_SECONDS),
+        )  # fmt: skip
         self._uploads_task: asyncio.Task[None] | None = None
         self._refused: dict[str, list[str]] = {}  # chat -> files not attached, and why (until the next attach)
         self._attaching: dict[str, list[Held]] = {}  # chat -> files being hashed and kept, shown meanwhile

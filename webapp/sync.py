@@ -97,6 +97,7 @@ class SyncEngine:
         self._kick = asyncio.Event()  # something to push
         self._retry_now = asyncio.Event()  # e.g. the browser says it is back online
         self._push_lock = asyncio.Lock()
+        self._pushed = asyncio.Condition()  # notified when a push's answer is recorded (pushed)
         self._socket: LiveSocket | None = None
         self._state_page = state_page
         self.push_seconds, self.pull_seconds = PUSH_SECONDS, PULL_SECONDS
@@ -275,6 +276,14 @@ class SyncEngine:
         while await self.store.index_search_backlog(SEARCH_SLICE):
             await asyncio.sleep(INDEX_PAUSE_SECONDS)  # (the page stays responsive between slices)
 
+    async def pushed(self, within: float) -> None:
+        """Returns once the server has taken every change saved here (the outbox is empty), or
+        after ``within`` seconds (offline, a slow server): what follows those changes waits this
+        long at most (a message's files upload after the message, webapp/uploads.py)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within), self._pushed:
+                await self._pushed.wait_for(lambda: self.store.pending_count() == 0)
+
     async def push(self) -> None:
         """Send the outbox in order, in batches; idempotent by eventId, so resending is harmless."""
         async with self._push_lock:
@@ -290,6 +299,8 @@ class SyncEngine:
                     raise
                 if await self.store.record_results(response.results):
                     self._on_change()
+                async with self._pushed:
+                    self._pushed.notify_all()
 
     async def _take(self, frames: list[AnyFrame], caught_up: bool) -> bool:
         """Live frames, in order: their events applied together (a duplicate skipped; after

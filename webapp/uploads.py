@@ -52,6 +52,9 @@ MAX_CHUNK_BYTES = 64 * 1024 * 1024
 # page's thread draws, and on a busy machine a draw took 170 ms, which a draw per progress event
 # would take from the upload; a file done, failed or waiting is drawn at once.
 PROGRESS_DRAW_SECONDS = 0.25
+# How long a pass of uploads waits for the changes saved before it to reach the server (a message
+# before its files: UploadEngine's ``events_first``); offline, or with the server slow, it goes on.
+EVENTS_FIRST_SECONDS = 5.0
 # A file the server keeps refusing for another reason (a 400, a 429) is tried this many times
 # (with backoff) before it fails; the network failing never counts.
 MAX_ATTEMPTS = 5
@@ -206,7 +209,10 @@ class UploadEngine:
     """Uploads the queue (``Uploads``) until signed out; a task of its own beside the sync
     engine's. ``kick()`` after queueing or retrying a file, and when the browser is online again
     (it skips the backoff wait). ``sleep`` waits out a backoff (tests pass one that returns at
-    once); by default the wait ends early on a kick."""
+    once); by default the wait ends early on a kick. ``events_first`` is awaited before a pass
+    with files queued: the changes saved on this device reach the server first (the sync engine's
+    push), a message before its files, and the upload does not take the network, the server and
+    the page's thread from them (for a while at most: SyncEngine.pushed)."""
 
     def __init__(
         self,
@@ -217,6 +223,7 @@ class UploadEngine:
         min_backoff: float = 0.5,
         max_backoff: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        events_first: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -226,6 +233,7 @@ class UploadEngine:
         self._max_backoff = max_backoff
         self.head_seconds = HEAD_SECONDS
         self._sleep = sleep
+        self._events_first = events_first
         self._drawing: dict[str, asyncio.TimerHandle] = {}  # progress to draw, by file
         self._sent: dict[str, int] = {}  # bytes of a file's request sent, not yet written down
         self._kick = asyncio.Event()
@@ -242,6 +250,8 @@ class UploadEngine:
         while True:
             self._kick.clear()
             try:
+                if self._events_first is not None and self.store.queued_uploads():
+                    await self._events_first()
                 settled = await self.upload_all()
             except Unauthorized:
                 self.signed_out = True

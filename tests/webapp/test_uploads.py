@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,10 +22,10 @@ from quart import Quart
 
 from server.app import create_app
 from server.config import Settings
-from shared.models import Attachment
+from shared.models import Attachment, EventType, Message
 from tests.conftest import QUICK_PASSWORDS
-from tests.waiting import until
-from tests.webapp.devices import Device
+from tests.waiting import loop_turn, until
+from tests.webapp.devices import Device, T
 from tests.webapp.inprocess import InProcessTransport
 from webapp import uploads
 from webapp.transport import NetworkError, ServerError
@@ -426,6 +427,67 @@ async def test_offline_files_wait_never_fail_and_go_once_online(app: Quart, tmp_
     assert seen[:4] == ["waiting"] * 4 and "failed" not in seen
     assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0 and 2.0 <= delays[3] <= 4.0  # exponential, with jitter
     assert await a.download(sha(data)) == data
+
+
+async def test_a_messages_files_go_once_the_message_has_reached_the_server_or_a_while_after(
+    app: Quart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass of uploads waits for the sync engine's push of what was saved before it (the
+    message first: its upload does not take the network, the server and the page's thread from
+    it), at most ``within`` seconds (offline, a server slow to take it); with nothing to push it
+    goes at once."""
+    _, token = await new_account(app)
+    a = Uploader(app, token, tmp_path / "a.db")
+    pushes: list[int] = []  # the HEADs sent before each push
+    submit = a.device.transport.submit
+
+    async def counted(events: Any) -> Any:
+        pushes.append(a.network.heads)
+        return await submit(events)
+
+    monkeypatch.setattr(a.device.transport, "submit", counted)
+    waiting = asyncio.Event()
+
+    def engine(within: float) -> UploadEngine:
+        async def events_first() -> None:
+            waiting.set()
+            await a.device.engine.pushed(within)
+
+        return UploadEngine(a.store, a.network, a.source, sleep=no_wait, events_first=events_first)  # type: ignore[arg-type]
+
+    async def send(data: bytes) -> None:
+        chat = await a.device.new_chat()
+        message = Message(id=str(uuid.uuid4()), chat_id=chat, role="user", content="", attachments=(attachment(data),), created_at=T)
+        await a.attach(data)
+        await a.device.add(EventType.MESSAGE_APPENDED, message)
+
+    first, second, third = pattern(1000, seed=1), pattern(1000, seed=2), pattern(1000, seed=3)
+    await send(first)
+    task = asyncio.ensure_future(engine(60.0).run())
+    try:
+        await until(lambda: waiting.is_set() or a.network.heads, "a pass of uploads")
+        await loop_turn()
+        assert a.network.heads == 0  # (waiting for the push)
+        await a.device.engine.push()
+        await until(lambda: a.store.upload_state(sha(first)).state == "done", lambda: a.store.upload_state(sha(first)))
+        assert pushes == [0] and a.network.heads == 1
+    finally:
+        task.cancel()
+    await a.attach(third)  # (nothing left to push: it goes at once, not in 60 s)
+    task = asyncio.ensure_future(engine(60.0).run())
+    try:
+        await until(lambda: a.store.upload_state(sha(third)).state == "done", lambda: a.store.upload_state(sha(third)))
+    finally:
+        task.cancel()
+    await send(second)  # (never pushed: it goes after ``within``)
+    task = asyncio.ensure_future(engine(0.2).run())
+    try:
+        await until(lambda: a.store.upload_state(sha(second)).state == "done", lambda: a.store.upload_state(sha(second)))
+    finally:
+        task.cancel()
+    assert a.store.pending_count() == 2 and pushes == [0]  # (the chat and its message, still here)
+    for data in (first, second, third):
+        assert await a.download(sha(data)) == data
 
 
 async def test_a_head_never_answered_is_given_up_and_the_file_still_goes(app: Quart, tmp_path: Path) -> None:
