@@ -787,7 +787,7 @@ class Client:
         self._refused.pop(draft_of, None)
         await self._choose(chosen)
         self.redraw(chat_changed=bool(chat_change) and chat_change[0][0] is EventType.CHAT_CREATED)
-        if attached and self.uploads is not None:  # (its hashing and reads after the message is drawn, not in that frame's way)
+        if attached and self.uploads is not None:  # (its requests and reads after the frame that shows the message)
             self.pane.after_frame(self.uploads.kick)
         if attached:
             self._draw_composer_files()
