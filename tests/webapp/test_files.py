@@ -806,7 +806,7 @@ async def test_an_upload_moving_on_draws_again_only_the_messages_that_carry_the_
 async def test_a_sends_upload_starts_at_the_next_frame_once_its_message_is_drawn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Not in the Send's own task: its hashing and reads kept out of the way of the frame that
+    """Not in the Send's own task: its requests and reads kept out of the way of the frame that
     shows the message (in the browser a frame, or a moment later in a hidden tab: webapp/browser.py)."""
     disk, server, page = Disk(), Blobs(), FakePage()
     client, chat = await uploading_client(LocalStore(str(tmp_path / "local.db"), FilePersistence()), disk, server, page)

@@ -473,16 +473,16 @@ async def test_a_messages_files_go_once_the_message_has_reached_the_server_or_a_
         assert pushes == [0] and a.network.heads == 1
     finally:
         task.cancel()
-    await a.attach(third)  # (nothing left to push: it goes at once, not in 60 s)
+    await a.attach(second)  # (nothing left to push: it goes at once, not in 60 s)
     task = asyncio.ensure_future(engine(60.0).run())
     try:
-        await until(lambda: a.store.upload_state(sha(third)).state == "done", lambda: a.store.upload_state(sha(third)))
+        await until(lambda: a.store.upload_state(sha(second)).state == "done", lambda: a.store.upload_state(sha(second)))
     finally:
         task.cancel()
-    await send(second)  # (never pushed: it goes after ``within``)
+    await send(third)  # (never pushed: it goes after ``within``)
     task = asyncio.ensure_future(engine(0.2).run())
     try:
-        await until(lambda: a.store.upload_state(sha(second)).state == "done", lambda: a.store.upload_state(sha(second)))
+        await until(lambda: a.store.upload_state(sha(third)).state == "done", lambda: a.store.upload_state(sha(third)))
     finally:
         task.cancel()
     assert a.store.pending_count() == 2 and pushes == [0]  # (the chat and its message, still here)
