@@ -241,10 +241,9 @@ class FileBlobStore:
     digest is checked (then the directory is fsynced too). A file's modification time is when
     it was completed (``clock``). Appends to an upload take turns by a lock of its file
     (``flock``), so several processes may share the directory; within a process an asyncio
-    lock keeps them from each holding a thread. The
-    running SHA-256 of an upload stays with this process, so the last append checks the digest
-    without reading the file again; the file is read (once) only when another process, or this
-    one before a restart, wrote part of it."""
+    lock keeps them from each holding a thread. The running SHA-256 of an upload stays with this
+    process, so the last append checks the digest without reading the file again; the file is
+    read (once) only when another process, or this one before a restart, wrote part of it."""
 
     def __init__(self, root: Path, clock: Callable[[], datetime]) -> None:
         self.root = root

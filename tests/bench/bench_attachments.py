@@ -298,17 +298,26 @@ def task_cpu(trace: bytes, url: str) -> list[tuple[float, float]]:
     return found
 
 
+def send_file(page: Page, name: str, data: bytes, text: str) -> float:
+    """``data`` attached as ``name`` and sent with ``text`` once its chip is kept; returns the ms
+    from the Enter to the server having it (benchSentAt on)."""
+    watch(page, "attached", name)
+    attach(page, name, "application/octet-stream", data)
+    # (A role query, polled, costs the page a long task of its own on a loaded machine: this
+    # benchmark's checks are cheap functions, run by the page every frame.)
+    seen(page, "attached", name, "benchAttachAt", timeout=120_000)
+    page.locator("textarea[name=text]").fill(text)
+    watch(page, "uploaded", text)
+    page.evaluate("() => performance.clearResourceTimings()")  # (room for the upload's: the buffer holds 250)
+    page.locator("textarea[name=text]").press("Enter")
+    return seen(page, "uploaded", text, "benchSentAt", timeout=300_000)
+
+
 def send_one_before(page: Page) -> None:
     """A message with a 1 MB file sent and uploaded, and its answer given time to end: the page's
     first Send, whose one-time work (the renderer's threads compiling what a Send first runs,
     190-260 ms of CPU) is then not in the measured one's."""
-    watch(page, "attached", "first.bin")
-    attach(page, "first.bin", "application/octet-stream", os.urandom(MB))
-    seen(page, "attached", "first.bin", "benchAttachAt", timeout=120_000)
-    page.locator("textarea[name=text]").fill("a first file")
-    watch(page, "uploaded", "a first file")
-    page.locator("textarea[name=text]").press("Enter")
-    seen(page, "uploaded", "a first file", "benchSentAt", timeout=120_000)
+    send_file(page, "first.bin", os.urandom(MB), "a first file")
     page.wait_for_timeout(3000)
 
 
@@ -326,16 +335,7 @@ def upload_run(
     if cpu:
         browser.start_tracing(page=page, categories=["toplevel", "disabled-by-default-devtools.timeline"])  # (its frames, named there)
     with Sampler() as sampler:
-        watch(page, "attached", "film.bin")
-        attach(page, "film.bin", "application/octet-stream", data)
-        # (A role query, polled, costs the page a long task of its own on a loaded machine: this
-        # benchmark's checks are cheap functions, run by the page every frame.)
-        seen(page, "attached", "film.bin", "benchAttachAt", timeout=120_000)
-        page.locator("textarea[name=text]").fill("the film")
-        watch(page, "uploaded", "the film")
-        page.evaluate("() => performance.clearResourceTimings()")  # (room for the upload's: the buffer holds 250)
-        page.locator("textarea[name=text]").press("Enter")
-        upload = seen(page, "uploaded", "the film", "benchSentAt", timeout=300_000)
+        upload = send_file(page, "film.bin", data, "the film")
     traced = task_cpu(browser.stop_tracing(), url) if cpu else []
     # From the attach (its change event's task) on; and, beside, all of them since the new chat
     # (the sign-up's start-up work, the 1 s before the attach, the attach).
